@@ -38,3 +38,97 @@ def shared_file(relative: str) -> Path:
         pytest.skip(f"../shared/{relative} is absent (benchmark data lives beside the checkout, "
                     "never in it)")
     return path
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def sharp_stand_ins(stand_ins, tmp_path_factory) -> dict[str, Path]:
+    """Copies of the gpt2 and bart stand-ins re-initialised at std 0.3 (NLLs vary by token), saved
+    as checkpoints so the served replicas and in-process engines load the same weights."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from services.standins import MARKER, reinit_
+
+    root = tmp_path_factory.mktemp("sharp")
+    out = {}
+    for kind, auto in (("gpt2", AutoModelForCausalLM), ("bart", AutoModelForSeq2SeqLM)):
+        model = reinit_(auto.from_pretrained(stand_ins / kind), std=0.3)
+        model.save_pretrained(root / kind)
+        AutoTokenizer.from_pretrained(stand_ins / kind).save_pretrained(root / kind)
+        shutil.copy(stand_ins / kind / MARKER, root / kind / MARKER)
+        out[kind] = root / kind
+    return out
+
+
+class Served:
+    """The real Serve application on loopback: its base URL and the arguments it was built from."""
+
+    def __init__(self, url: str, args):
+        self.url = url
+        self.args = args
+
+    def config(self, name: str):
+        """The served ModelConfig of `name` (for building the same engine in-process)."""
+        return {c.name: c for c, _ in self.args.model_configs()}[name]
+
+
+def serve_args(stand_ins: Path, sharp: dict[str, Path]):
+    from services.gateway.config import AppArgs
+
+    one_thread = {"num_cpus": 0.2, "num_threads": 1}
+    return AppArgs.model_validate({
+        "stand_ins": str(stand_ins),
+        "request_timeout_s": 60,
+        "models": [
+            {"name": "dialogpt-medium", "overrides": {"source": str(sharp["gpt2"])},
+             "serving": {**one_thread, "max_ongoing_requests": 64}},
+            {"name": "bart-base", "overrides": {"source": str(sharp["bart"])}, "serving": one_thread},
+            # A deliberately tiny queue, for the overload test.
+            {"name": "dialogpt-medium", "serve_as": "tiny-queue",
+             "serving": {**one_thread, "max_ongoing_requests": 1, "max_queued_requests": 1}},
+        ],
+    })
+
+
+@pytest.fixture(scope="session")
+def served(stand_ins, sharp_stand_ins):
+    """Start Ray and the Serve app once per session on a free loopback port; wait on /readyz."""
+    import time
+
+    import httpx
+    import ray
+    from ray import serve
+
+    from services.gateway.app import build_app
+
+    args = serve_args(stand_ins, sharp_stand_ins)
+    port = free_port()
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(build_app(args), name="dialscore", route_prefix="/")
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        else:
+            raise RuntimeError("the Serve app did not become ready within 120 s")
+        yield Served(url, args)
+    finally:
+        serve.shutdown()
+        ray.shutdown()

@@ -1,0 +1,169 @@
+"""The HTTP gateway: a FastAPI ingress deployment composed with the model deployments by handles.
+
+Routes (version 1): GET /v1/models, POST /v1/nll, GET /healthz, GET /readyz, GET /metrics;
+OpenAPI docs at /docs. Each endpoint's routes live in its own `api_router.py`. Every error leaves
+as ``{"error": {"type", "message", "param"}}`` (services/errors.py); client input never produces
+a 500.
+
+The FastAPI app is built per replica, after the constructor (`__serve_build_asgi_app__`), so
+routes close over the live gateway (its handles, limits and token) rather than over a copy Serve
+froze at import time.
+"""
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from services import metrics
+from services.errors import ServiceError
+from services.gateway import errors as gw_errors
+from services.gateway.config import AppArgs
+from services.gateway.limits import BodySizeLimit
+from services.nll.deployment import NLLDeployment
+
+logger = logging.getLogger("dialscore.gateway")
+
+PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/openapi.json", "/docs/oauth2-redirect", "/redoc"})
+
+
+def read_token(env_var: str) -> str | None:
+    """The bearer token: the env var's value, or the content of the file it names as `file:PATH`."""
+    value = os.environ.get(env_var, "").strip()
+    if value.startswith("file:"):
+        with open(value[5:], encoding="utf-8") as fh:
+            value = fh.read().strip()
+    return value or None
+
+
+def create_app(gw: "Gateway") -> FastAPI:
+    """The FastAPI app of one gateway replica."""
+    from services.nll.api_router import build_router as nll_router
+
+    app = FastAPI(title="dialscore", version="1",
+                  description="Per-token NLL scoring of dialogue models, contradiction detection "
+                  "and reranking. Errors: {\"error\": {\"type\", \"message\", \"param\"}}.")
+    gw_errors.install(app)
+    app.add_middleware(BodySizeLimit, max_bytes=gw.limits.max_body_bytes)
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next):
+        """Authorise (when a token is set), then count and time every request."""
+        start = time.perf_counter()
+        path = request.url.path
+        if gw.token and path not in PUBLIC_PATHS and \
+                request.headers.get("authorization") != f"Bearer {gw.token}":
+            response: Response = gw_errors.error_response(
+                ServiceError("unauthorized", "missing or wrong bearer token"))
+        else:
+            response = await call_next(request)
+        endpoint = path if path in known_paths else "other"  # bounded label cardinality
+        metrics.REQUESTS.labels(endpoint, str(response.status_code)).inc()
+        metrics.LATENCY.labels(endpoint).observe(time.perf_counter() - start)
+        if "x-error-type" in response.headers:
+            metrics.ERRORS.labels(endpoint, response.headers["x-error-type"]).inc()
+        return response
+
+    @app.get("/healthz", summary="The gateway process is alive.")
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/readyz", summary="Every model deployment answers (503 otherwise).")
+    async def readyz() -> JSONResponse:
+        status = await gw.readiness()
+        ready = all(v == "ok" for v in status.values())
+        return JSONResponse({"ready": ready, "deployments": status}, status_code=200 if ready else 503)
+
+    @app.get("/metrics", summary="Prometheus metrics (text format).")
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models", summary="The models this deployment serves, with provenance.")
+    async def models() -> dict:
+        return {"models": list(await asyncio.gather(*(gw.card(m) for m in gw.nll)))}
+
+    app.include_router(nll_router(gw))
+    # Metric labels are limited to documented routes (included routers do not list their
+    # routes in app.routes, the OpenAPI schema does).
+    known_paths = set(app.openapi()["paths"])
+    return app
+
+
+@serve.deployment(name="gateway", max_ongoing_requests=256)
+@serve.ingress()
+class Gateway:
+    """Routes HTTP requests to the model deployments; holds no model itself."""
+
+    def __init__(self, nll: dict[str, DeploymentHandle], args: dict[str, Any]):
+        self.args = AppArgs.model_validate(args)
+        self.nll = nll
+        self.limits = self.args.limits
+        self.timeout = self.args.request_timeout_s
+        self.token = read_token(self.args.auth_token_env)
+        self._cards: dict[str, dict] = {}
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return create_app(self)
+
+    async def call(self, model: str, method: str, *args, **kwargs):
+        """Call a model deployment's method under the request deadline; Ray errors → ServiceError."""
+        handle = self.nll.get(model)
+        if handle is None:
+            raise ServiceError("unknown_model", f"unknown model {model!r}; served: "
+                               f"{', '.join(sorted(self.nll))}", param="model")
+        metrics.IN_FLIGHT.labels(model).inc()
+        try:
+            return await asyncio.wait_for(getattr(handle, method).remote(*args, **kwargs), self.timeout)
+        except ServiceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every Ray failure maps to a typed error
+            raise gw_errors.from_ray(exc) from None
+        finally:
+            metrics.IN_FLIGHT.labels(model).dec()
+
+    async def card(self, model: str) -> dict:
+        """The model's card (cached after the first answer)."""
+        if model not in self._cards:
+            self._cards[model] = await self.call(model, "info")
+        return self._cards[model]
+
+    async def readiness(self) -> dict[str, str]:
+        async def probe(model: str) -> str:
+            try:
+                await asyncio.wait_for(self.nll[model].info.remote(), 5.0)
+                return "ok"
+            except Exception as exc:  # noqa: BLE001 - reported, not raised
+                return f"unavailable: {type(exc).__name__}"
+
+        names = list(self.nll)
+        return dict(zip(names, await asyncio.gather(*(probe(m) for m in names))))
+
+
+def build_app(args: AppArgs) -> serve.Application:
+    """The Serve application for `args` (Serve YAML: `import_path: services.gateway.app:build_app`)."""
+    handles = {}
+    for cfg, opts in args.model_configs():
+        options: dict[str, Any] = dict(
+            name=f"nll-{cfg.name}",  # cfg.name is the served name (alias applied)
+            max_ongoing_requests=opts.max_ongoing_requests,
+            max_queued_requests=opts.max_queued_requests,
+            ray_actor_options={"num_cpus": opts.num_cpus, "num_gpus": opts.num_gpus},
+        )
+        if opts.autoscaling_config:
+            options["autoscaling_config"] = opts.autoscaling_config
+        else:
+            options["num_replicas"] = opts.num_replicas
+        handles[cfg.name] = NLLDeployment.options(**options).bind(
+            cfg.model_dump(), token_budget=opts.token_budget, max_batch_tokens=opts.max_batch_tokens,
+            batch_wait_timeout_s=opts.batch_wait_timeout_s, num_threads=opts.num_threads,
+        )
+    return Gateway.options(
+        num_replicas=args.gateway_replicas, ray_actor_options={"num_cpus": args.gateway_num_cpus},
+    ).bind(handles, args.model_dump())

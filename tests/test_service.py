@@ -1,0 +1,189 @@
+"""The real Serve application on loopback, over real HTTP (session-scoped fixture `served`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import httpx
+import pytest
+
+from services.nll.engine import NLLEngine, NLLItem
+from services.nll.protocol import NLLResponse
+
+pytestmark = pytest.mark.serve
+
+RAGGED = [
+    {"context": ["Hi! How was your weekend?", "Great, I found a buyer for the house."],
+     "target": "That's wonderful, you must be so happy!"},
+    {"context": [], "target": "Hello."},
+    {"source": "a raw source text", "target": "x"},
+    {"context": ["why are you so happy?"], "knowledge": "I found a buyer causes I am happy",
+     "target": "because I sold the house 😀"},
+    {"context": ["turn"] * 40, "target": "a longer target with several words in it, and punctuation."},
+    {"context": ["Tu aimes le café ? ☕"], "target": "Oui, beaucoup — 日本語"},
+]
+
+
+def _engine_results(served, model: str, items: list[dict]):
+    engine = NLLEngine(served.config(model), num_threads=1)
+    return engine.score([NLLItem(target=i["target"], source=i.get("source"),
+                                 context=tuple(i["context"]) if "context" in i else None,
+                                 knowledge=i.get("knowledge")) for i in items])
+
+
+@pytest.mark.parametrize("model", ["dialogpt-medium", "bart-base"])
+def test_nll_over_http_equals_engine_and_keeps_order(served, model):
+    items = RAGGED * 3
+    r = httpx.post(f"{served.url}/v1/nll", json={"model": model, "items": items, "return_tokens": True},
+                   timeout=60)
+    assert r.status_code == 200, r.text
+    body = NLLResponse.model_validate(r.json())
+    assert body.stand_in is True and body.model == model and body.append_eos is True
+    direct = _engine_results(served, model, items)
+    assert len(body.results) == len(items)
+    for got, want in zip(body.results, direct):
+        assert got.nll == pytest.approx(want.nll, abs=1e-4)
+        assert got.token_nlls == pytest.approx(want.token_nlls, abs=1e-4)
+        assert got.num_tokens == want.num_tokens == len(got.tokens)
+    # Order is kept: the items' NLLs differ, so a permutation would show.
+    assert len({round(r.nll, 3) for r in body.results[:6]}) == 6
+    assert body.usage.target_tokens == sum(x.num_tokens for x in direct)
+    assert float(r.headers["x-compute-time"]) >= 0
+
+
+def _metric(text: str, name: str, model: str) -> float:
+    m = re.search(rf'^{name}{{model="{re.escape(model)}"}} ([0-9.e+]+)$', text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_concurrent_requests_are_merged_into_batches(served):
+    before = httpx.get(f"{served.url}/metrics").text
+    requests = [{"model": "dialogpt-medium",
+                 "items": [{"context": [f"turn {i}", "and another"], "target": f"reply number {i}"},
+                           {"context": [], "target": f"{i} {i} {i}"}]} for i in range(32)]
+
+    async def fire():
+        async with httpx.AsyncClient(base_url=served.url, timeout=60) as client:
+            return await asyncio.gather(*(client.post("/v1/nll", json=b) for b in requests))
+
+    responses = asyncio.run(fire())
+    assert all(r.status_code == 200 for r in responses)
+    flat = [it for b in requests for it in b["items"]]
+    direct = _engine_results(served, "dialogpt-medium", flat)
+    got = [res["nll"] for r in responses for res in r.json()["results"]]
+    assert got == pytest.approx([d.nll for d in direct], abs=1e-4)
+    after = httpx.get(f"{served.url}/metrics").text
+    batches = (_metric(after, "dialscore_batch_requests_count", "dialogpt-medium")
+               - _metric(before, "dialscore_batch_requests_count", "dialogpt-medium"))
+    merged = (_metric(after, "dialscore_batch_requests_sum", "dialogpt-medium")
+              - _metric(before, "dialscore_batch_requests_sum", "dialogpt-medium"))
+    assert merged == 32
+    assert batches < 32, "32 concurrent requests should share engine calls"
+
+
+OK_ITEM = {"context": ["hi"], "target": "hello"}
+BAD_BODIES = [
+    ("missing model", {"items": [OK_ITEM]}, 422, "model"),
+    ("model not a string", {"model": 1, "items": [OK_ITEM]}, 422, "model"),
+    ("nested junk", {"model": {"a": [[[[{}]]]]}, "items": [OK_ITEM]}, 422, "model"),
+    ("items not a list", {"model": "dialogpt-medium", "items": "x"}, 422, "items"),
+    ("no items", {"model": "dialogpt-medium", "items": []}, 422, "items"),
+    ("neither context nor source", {"model": "dialogpt-medium", "items": [{"target": "x"}]}, 422, "items[0]"),
+    ("both context and source", {"model": "dialogpt-medium",
+                                 "items": [OK_ITEM, {"context": [], "source": "s", "target": "x"}]}, 422, "items[1]"),
+    ("target a number", {"model": "dialogpt-medium", "items": [{"context": [], "target": 5}]}, 422, "items[0].target"),
+    ("turn a number", {"model": "dialogpt-medium", "items": [{"context": ["a", 2], "target": "x"}]}, 422,
+     "items[0].context[1]"),
+    ("empty target", {"model": "dialogpt-medium", "items": [OK_ITEM, OK_ITEM, OK_ITEM, {"context": [], "target": ""}]},
+     422, "items[3].target"),
+    ("unknown field", {"model": "dialogpt-medium", "items": [OK_ITEM], "temperature": 1}, 422, "temperature"),
+    ("return_tokens a string", {"model": "dialogpt-medium", "items": [OK_ITEM], "return_tokens": "yes"}, 422,
+     "return_tokens"),
+    ("unknown model", {"model": "gpt-5", "items": [OK_ITEM]}, 404, "model"),
+    ("huge string", {"model": "dialogpt-medium", "items": [{"context": [], "target": "x" * 30_000}]}, 413,
+     "items[0].target"),
+    ("10,000 items", {"model": "dialogpt-medium", "items": [OK_ITEM] * 10_000}, 413, "items"),
+    ("too many turns", {"model": "dialogpt-medium", "items": [{"context": ["t"] * 300, "target": "x"}]}, 413,
+     "items[0].context"),
+    ("target longer than the window", {"model": "dialogpt-medium",
+                                       "items": [{"context": [], "target": "word " * 2000}]}, 422, "items[0].target"),
+]
+
+
+@pytest.mark.parametrize("name,body,status,param", BAD_BODIES, ids=[b[0] for b in BAD_BODIES])
+def test_bad_bodies_get_their_documented_error(served, name, body, status, param):
+    r = httpx.post(f"{served.url}/v1/nll", json=body, timeout=60)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert error["param"] == param
+    assert error["type"] == {422: "invalid_request", 404: "unknown_model", 413: "payload_too_large"}[status]
+    assert error["message"]
+
+
+RAW_BODIES = [
+    ("invalid UTF-8", b'{"model": "dialogpt-medium", "items": [{"context": [], "target": "\xff\xfe"}]}', 422),
+    ("not JSON", b"model=dialogpt-medium", 422),
+    ("truncated JSON", b'{"model": "dialogpt-medium", "items": [', 422),
+    ("top-level array", b"[1, 2, 3]", 422),
+    ("lone surrogate", b'{"model": "dialogpt-medium", "items": [{"context": [], "target": "\\ud800"}]}', 422),
+    ("NaN literal", b'{"model": NaN, "items": []}', 422),
+    ("body over the byte limit", b'{"model": "' + b"x" * 8_100_000 + b'"}', 413),
+]
+
+
+@pytest.mark.parametrize("name,raw,status", RAW_BODIES, ids=[b[0] for b in RAW_BODIES])
+def test_malformed_bytes_get_a_typed_error_never_a_500(served, name, raw, status):
+    r = httpx.post(f"{served.url}/v1/nll", content=raw, headers={"content-type": "application/json"},
+                   timeout=60)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["type"] in ("invalid_request", "payload_too_large")
+
+
+def test_overload_sheds_with_503_and_retry_after(served):
+    """The `tiny-queue` deployment holds 1 request and queues 1: a burst must be shed, not hang."""
+    body = {"model": "tiny-queue", "items": [{"context": ["a long context " * 20], "target": "t " * 50}] * 64}
+
+    async def burst():
+        async with httpx.AsyncClient(base_url=served.url, timeout=60) as client:
+            return await asyncio.gather(*(client.post("/v1/nll", json=body) for _ in range(12)))
+
+    responses = asyncio.run(burst())
+    statuses = [r.status_code for r in responses]
+    assert 503 in statuses and 200 in statuses, statuses
+    assert set(statuses) <= {200, 503}
+    shed = next(r for r in responses if r.status_code == 503)
+    assert shed.json()["error"]["type"] == "overloaded"
+    assert int(shed.headers["Retry-After"]) >= 1
+    # ...and it recovers by itself.
+    assert httpx.post(f"{served.url}/v1/nll", json=body, timeout=60).status_code == 200
+
+
+def test_health_models_metrics_and_docs(served):
+    assert httpx.get(f"{served.url}/healthz").json() == {"status": "ok"}
+    ready = httpx.get(f"{served.url}/readyz", timeout=30)
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    models = {m["name"]: m for m in httpx.get(f"{served.url}/v1/models", timeout=30).json()["models"]}
+    assert set(models) == {"dialogpt-medium", "bart-base", "tiny-queue"}
+    assert models["bart-base"]["family"] == "seq2seq" and models["dialogpt-medium"]["stand_in"] is True
+    for key in ("name", "family", "source", "revision", "max_length", "dtype", "device", "stand_in"):
+        assert key in models["dialogpt-medium"]
+    text = httpx.get(f"{served.url}/metrics").text
+    assert "dialscore_requests_total" in text and "dialscore_request_latency_seconds_bucket" in text
+    assert 'dialscore_requests_total{endpoint="/v1/nll"' in text
+    assert httpx.get(f"{served.url}/docs").status_code == 200
+    spec = httpx.get(f"{served.url}/openapi.json").json()
+    documented = spec["paths"]["/v1/nll"]["post"]["responses"]
+    assert {"404", "408", "413", "422", "424", "503"} <= set(documented)
+    missing = httpx.get(f"{served.url}/no/such/route")
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found"
+
+
+def test_documented_statuses_match_the_error_contract():
+    """TEI's slip (docs promising 413 where code sends 422) cannot happen: one table feeds both."""
+    from services.errors import STATUS, error_responses
+
+    for error_type, status in STATUS.items():
+        assert status in error_responses(error_type)
+    assert json.dumps(STATUS)  # the table is plain data the README reproduces
