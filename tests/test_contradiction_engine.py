@@ -155,6 +155,14 @@ def test_constructor_needs_exactly_one_source_of_probabilities(stand_in_registry
         NLIPairClassifier(stand_in_registry.get("dialogpt-medium"))
 
 
+def test_a_plain_function_can_be_the_classifier():
+    det = ContradictionDetector(classifier=lambda pairs: [0.75 for _ in pairs])
+    [res] = det.detect([dialogue(("a", "x"), ("a", "y"))])
+    assert res == DetectionResult(True, 0.75, (Evidence(0, 0.75),), 1) and not det.stand_in
+    with pytest.raises(TypeError):
+        ContradictionDetector(classifier=42)  # type: ignore[arg-type]
+
+
 def test_plan_pairs_is_what_detect_classifies():
     turns = dialogue(("a", "1"), ("b", "2"), ("a", "3"))
     assert [(p.turn, p.premise, p.hypothesis) for p in plan_pairs(turns)] == [(0, "1", "3")]

@@ -54,7 +54,7 @@ Example with an injected classifier (any object with ``contradiction_probs``)::
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -208,6 +208,19 @@ class PairClassifier(Protocol):
     """
 
     def contradiction_probs(self, pairs: Sequence[tuple[str, str]]) -> list[float]: ...
+
+
+PairFn = Callable[[Sequence[tuple[str, str]]], Sequence[float]]
+
+
+class _FunctionClassifier:
+    """A plain function used as a :class:`PairClassifier`."""
+
+    def __init__(self, fn: PairFn):
+        self.fn = fn
+
+    def contradiction_probs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        return list(self.fn(pairs))
 
 
 class NoContradictionLabelError(ValueError):
@@ -447,17 +460,18 @@ class ContradictionDetector:
     """Detects whether each dialogue's last turn contradicts its speaker. See the module docstring.
 
     Give either a `config` (family ``classifier``; the model is loaded unless `loaded` is given) or
-    an injected `classifier` (any :class:`PairClassifier`, e.g. a fake in tests).
+    an injected `classifier`: any :class:`PairClassifier`, or a plain function with the same
+    contract as ``contradiction_probs`` (e.g. a fake in tests).
 
     Args:
         config: the registry entry of an NLI checkpoint.
         loaded: an already loaded model for `config`.
-        classifier: a ready :class:`PairClassifier`; excludes `config`/`loaded`.
+        classifier: a ready :class:`PairClassifier` or function; excludes `config`/`loaded`.
         token_budget, num_threads: passed to :class:`NLIPairClassifier`.
     """
 
     def __init__(self, config: ModelConfig | None = None, loaded: LoadedModel | None = None, *,
-                 classifier: PairClassifier | None = None, token_budget: int = 4096,
+                 classifier: PairClassifier | PairFn | None = None, token_budget: int = 4096,
                  num_threads: int | None = None):
         if (classifier is None) == (config is None):
             raise ValueError("give either `config` (with optional `loaded`) or `classifier`")
@@ -468,7 +482,10 @@ class ContradictionDetector:
             classifier = NLIPairClassifier(config, loaded, token_budget=token_budget,
                                            num_threads=num_threads)
         if not isinstance(classifier, PairClassifier):
-            raise TypeError("classifier must have a contradiction_probs(pairs) method")
+            if not callable(classifier):
+                raise TypeError("classifier must be a PairClassifier (a contradiction_probs(pairs) "
+                                "method) or a function pairs -> probabilities")
+            classifier = _FunctionClassifier(classifier)
         self.config = config
         self.classifier: PairClassifier = classifier
 
