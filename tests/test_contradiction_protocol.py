@@ -1,0 +1,114 @@
+"""Schemas of POST /v1/contradiction, POST /v1/rerank and the TEI-shaped POST /rerank."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from services.contradiction.engine import DetectionResult, Evidence, Turn
+from services.contradiction.protocol import ContradictionRequest, ContradictionResponse
+from services.errors import ServiceError
+from services.rerank.engine import RerankOutput, RerankResult, RerankWeights
+from services.rerank.protocol import RerankRequest, RerankResponse, TEIRerankRequest
+from services.schema import Limits
+
+
+def errors(model, data) -> list[dict]:
+    with pytest.raises(ValidationError) as e:
+        model.model_validate_json(data) if isinstance(data, str) else model.model_validate(data)
+    return e.value.errors()
+
+
+def test_contradiction_request_to_job_and_defaults():
+    req = ContradictionRequest.model_validate_json(
+        '{"dialogues": [{"turns": [{"speaker": 0, "text": "a"}, {"id": "x", "speaker": "bob", '
+        '"text": "b"}]}], "threshold": 1}')
+    job = req.to_job()
+    assert job.mode == "structured" and job.threshold == 1.0 and job.evidence_threshold is None
+    assert job.dialogues == [[Turn(0, "a", None), Turn("bob", "b", "x")]]
+
+
+@pytest.mark.parametrize("data,loc", [
+    ({"dialogues": []}, ("dialogues",)),
+    ({"dialogues": [{"turns": []}]}, ("dialogues", 0, "turns")),
+    ({}, ("dialogues",)),
+    ({"dialogues": [{"turns": [{"speaker": True, "text": "a"}]}]}, ("dialogues", 0, "turns", 0, "speaker", "int")),
+    ({"dialogues": [{"turns": [{"speaker": 1, "text": 5}]}]}, ("dialogues", 0, "turns", 0, "text")),
+    ({"dialogues": [{"turns": [{"speaker": 1, "text": "a"}]}], "threshold": "0.5"}, ("threshold",)),
+    ({"dialogues": [{"turns": [{"speaker": 1, "text": "a"}]}], "threshold": 1.5}, ("threshold",)),
+    ({"dialogues": [{"turns": [{"speaker": 1, "text": "a"}]}], "mode": "fuzzy"}, ("mode",)),
+    ({"dialogues": [{"turns": [{"speaker": 1, "text": "a", "who": 2}]}]}, ("dialogues", 0, "turns", 0, "who")),
+])
+def test_contradiction_request_rejects_bad_input(data, loc):
+    assert any(tuple(e["loc"])[:len(loc)] == loc for e in errors(ContradictionRequest, data))
+
+
+def test_repeated_turn_ids_are_refused_naming_the_field():
+    [err] = errors(ContradictionRequest, {"dialogues": [{"turns": [
+        {"id": 1, "speaker": "a", "text": "x"}, {"speaker": "b", "text": "y"}]}]})
+    assert tuple(err["loc"]) == ("dialogues", 0, "turns") and "turns[1].id" in err["msg"]
+    [err] = errors(RerankRequest, {"context": [{"id": "a", "speaker": 1, "text": "x"},
+                                               {"id": "a", "speaker": 2, "text": "y"}],
+                                   "candidates": ["z"]})
+    assert tuple(err["loc"]) == ("context",) and "context[1].id" in err["msg"]
+
+
+def test_limits_are_payload_too_large_naming_the_field():
+    limits = Limits()
+    req = RerankRequest.model_validate({"context": [], "candidates": ["c"] * 1000})
+    with pytest.raises(ServiceError) as e:
+        req.check_limits(limits)
+    assert (e.value.type, e.value.status, e.value.param) == ("payload_too_large", 413, "candidates")
+    long = "x" * (limits.max_text_chars + 1)
+    req = ContradictionRequest.model_validate(
+        {"dialogues": [{"turns": [{"speaker": 1, "text": "a"}]}, {"turns": [{"speaker": 1, "text": long}]}]})
+    with pytest.raises(ServiceError) as e:
+        req.check_limits(limits)
+    assert e.value.param == "dialogues[1].turns[0].text"
+    tei = TEIRerankRequest.model_validate({"query": "a\nb", "texts": ["t"] * 300})
+    with pytest.raises(ServiceError) as e:
+        tei.check_limits(limits)
+    assert e.value.param == "texts"
+
+
+def test_rerank_requests_validate():
+    assert errors(RerankRequest, {"context": [], "candidates": []})[0]["loc"] == ("candidates",)
+    assert errors(RerankRequest, {"context": [], "candidates": ["a"], "top_n": 0})[0]["loc"] == ("top_n",)
+    assert errors(RerankRequest, {"context": [], "candidates": ["a"],
+                                  "weights": {"nll": -1}})[0]["loc"] == ("weights", "nll")
+    req = RerankRequest.model_validate({"context": [{"speaker": "u", "text": "hi"}], "candidates": ["a"],
+                                        "weights": {"nll": 0.5}, "nll_model": "dialogpt-medium"})
+    kw = req.engine_kwargs()
+    assert kw["weights"] == RerankWeights(None, 0.5) and kw["speaker"] is None
+    # Fields TEI clients send are accepted.
+    tei = TEIRerankRequest.model_validate({"query": "q", "texts": ["a"], "truncate": True,
+                                           "truncation_direction": "Right", "raw_scores": False})
+    assert tei.engine_kwargs() == {"speaker": "A"}
+    assert errors(TEIRerankRequest, {"query": "q", "texts": []})[0]["loc"] == ("texts",)
+
+
+def test_responses_from_engine_results():
+    req = ContradictionRequest.model_validate(
+        {"dialogues": [{"turns": [{"speaker": 1, "text": "a"}]}], "threshold": 0.4})
+    res = ContradictionResponse.from_engine(
+        req, [DetectionResult(True, 0.8, (Evidence(3, 0.8),), 2)], model="m", stand_in=True)
+    assert res.model_dump()["results"] == [
+        {"is_contradiction": True, "probability": 0.8, "evidence": [{"turn": 3, "probability": 0.8}],
+         "num_pairs": 2}]
+    assert res.evidence_threshold == 0.4
+    out = RerankOutput([RerankResult(1, -0.2, 0.2, False, (), 1.5)], RerankWeights(1.0, 0.1), "bot",
+                       "structured")
+    body = RerankResponse.from_engine(out, model="m", stand_in=True, nll_model="g").model_dump(
+        exclude_none=True)
+    assert body["results"] == [{"index": 1, "score": -0.2, "contradiction_probability": 0.2,
+                                "is_contradiction": False, "evidence": [], "nll": 1.5}]
+    assert body["weights"] == {"contradiction": 1.0, "nll": 0.1} and body["speaker"] == "bot"
+
+
+@pytest.mark.parametrize("module", ["services.contradiction.engine", "services.rerank.engine"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0
