@@ -247,10 +247,12 @@ def _format_note(models: Mapping[str, Mapping[str, Any]], setting: str) -> str:
     notes = []
     for name, info in models.items():
         fmt = info.get("format_choices", {})
+        assumed = "" if fmt.get("reported_by_server", True) else " [format not reported: default]"
         if setting == "inference":
-            notes.append(f"{name}: explanation {fmt.get('explanation_placement', '?').replace('_', ' ')}")
+            notes.append(f"{name}: explanation {fmt.get('explanation_placement', '?').replace('_', ' ')}"
+                         f"{assumed}")
         else:
-            notes.append(f"{name}: why turn {fmt.get('why_turn', '?')!r}")
+            notes.append(f"{name}: why turn {fmt.get('why_turn', '?')!r}{assumed}")
     return "; ".join(notes)
 
 
