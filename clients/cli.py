@@ -3,6 +3,8 @@
     dialscore demo                      the main job, on the embedded default (stand-ins, local Ray)
     dialscore stand-ins build DIR       build the offline stand-in checkpoints
     dialscore score --model NAME ...    score dialogues in-process (no server)
+    dialscore probe --url URL ...       run the CEDAR probes against a running service
+    dialscore models --url URL          list a running service's models
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ COMMANDS: tuple[str, ...] = (
     "clients.commands.standins:register",
     "clients.commands.score:register",
     "clients.commands.demo:register",
+    "clients.commands.probe:register",
+    "clients.commands.models:register",
 )
 
 
