@@ -50,17 +50,20 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def sharp_stand_ins(stand_ins, tmp_path_factory) -> dict[str, Path]:
-    """Copies of the gpt2 and bart stand-ins re-initialised at std 0.3 (NLLs vary by token), saved
+    """Copies of the gpt2, bart and NLI stand-ins re-initialised at std 0.3 (NLLs vary by token), saved
     as checkpoints so the served replicas and in-process engines load the same weights."""
     import shutil
 
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import (
+        AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer,
+    )
 
     from services.standins import MARKER, reinit_
 
     root = tmp_path_factory.mktemp("sharp")
     out = {}
-    for kind, auto in (("gpt2", AutoModelForCausalLM), ("bart", AutoModelForSeq2SeqLM)):
+    for kind, auto in (("gpt2", AutoModelForCausalLM), ("bart", AutoModelForSeq2SeqLM),
+                       ("nli-contradiction-first", AutoModelForSequenceClassification)):
         model = reinit_(auto.from_pretrained(stand_ins / kind), std=0.3)
         model.save_pretrained(root / kind)
         AutoTokenizer.from_pretrained(stand_ins / kind).save_pretrained(root / kind)
@@ -78,10 +81,32 @@ class Served:
 
     def config(self, name: str):
         """The served ModelConfig of `name` (for building the same engine in-process)."""
-        return {c.name: c for c, _ in self.args.model_configs()}[name]
+        every = self.args.model_configs() + self.args.classifier_configs()
+        return {c.name: c for c, _ in every}[name]
 
 
-def serve_args(stand_ins: Path, sharp: dict[str, Path]):
+@pytest.fixture(scope="session")
+def trained_gpt2(stand_ins, tmp_path_factory) -> Path:
+    """The gpt2 stand-in trained ~20 s on templated explanation sentences: antecedents, connectives
+    and consequents of the shipped sample recombined at random across dialogues, plus templated
+    chat. It learns the word order of explanations (what complete corruptions destroy), not which
+    explanation is valid for which dialogue."""
+    import json
+    import random
+
+    from services.standins import templated_sentences, train_causal
+
+    parts = [json.loads(line)["explanations"]
+             for line in (Path(__file__).resolve().parents[1] / "examples" / "cedar_sample.jsonl").open()]
+    flat = [e for es in parts for e in es]
+    rng = random.Random(1)
+    sentences = [f"{rng.choice(flat)['antecedent']} {rng.choice(flat)['connective']} "
+                 f"{rng.choice(flat)['consequent']}" for _ in range(3000)]
+    return train_causal(stand_ins / "gpt2", tmp_path_factory.mktemp("trained") / "gpt2",
+                        sentences + templated_sentences(1000, seed=1), seconds=300, max_steps=400)
+
+
+def serve_args(stand_ins: Path, sharp: dict[str, Path], trained: Path):
     from services.gateway.config import AppArgs
 
     one_thread = {"num_cpus": 0.2, "num_threads": 1}
@@ -95,12 +120,20 @@ def serve_args(stand_ins: Path, sharp: dict[str, Path]):
             # A deliberately tiny queue, for the overload test.
             {"name": "dialogpt-medium", "serve_as": "tiny-queue",
              "serving": {**one_thread, "max_ongoing_requests": 1, "max_queued_requests": 1}},
+            # For the CEDAR probe end-to-end test: trained and untrained decoder-only stand-ins.
+            {"name": "dialogpt-medium", "serve_as": "trained-gpt2", "overrides": {"source": str(trained)},
+             "serving": one_thread},
+            {"name": "dialogpt-medium", "serve_as": "untrained-gpt2", "serving": one_thread},
+        ],
+        "classifiers": [
+            {"name": "roberta-large-mnli", "overrides": {"source": str(sharp["nli-contradiction-first"])},
+             "serving": one_thread},
         ],
     })
 
 
 @pytest.fixture(scope="session")
-def served(stand_ins, sharp_stand_ins):
+def served(stand_ins, sharp_stand_ins, trained_gpt2):
     """Start Ray and the Serve app once per session on a free loopback port; wait on /readyz."""
     import time
 
@@ -110,7 +143,7 @@ def served(stand_ins, sharp_stand_ins):
 
     from services.gateway.app import build_app
 
-    args = serve_args(stand_ins, sharp_stand_ins)
+    args = serve_args(stand_ins, sharp_stand_ins, trained_gpt2)
     port = free_port()
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})

@@ -45,7 +45,9 @@ def read_token(env_var: str) -> str | None:
 
 def create_app(gw: "Gateway") -> FastAPI:
     """The FastAPI app of one gateway replica."""
+    from services.contradiction.api_router import build_router as contradiction_router
     from services.nll.api_router import build_router as nll_router
+    from services.rerank.api_router import build_router as rerank_router
 
     app = FastAPI(title="dialscore", version="1",
                   description="Per-token NLL scoring of dialogue models, contradiction detection "
@@ -87,9 +89,12 @@ def create_app(gw: "Gateway") -> FastAPI:
 
     @app.get("/v1/models", summary="The models this deployment serves, with provenance.")
     async def models() -> dict:
-        return {"models": list(await asyncio.gather(*(gw.card(m) for m in gw.nll)))}
+        return {"models": list(await asyncio.gather(*(gw.card(m) for m in gw.models)))}
 
     app.include_router(nll_router(gw))
+    if gw.classifiers:
+        app.include_router(contradiction_router(gw))
+        app.include_router(rerank_router(gw))
     # Metric labels are limited to documented routes (included routers do not list their
     # routes in app.routes, the OpenAPI schema does).
     known_paths = set(app.openapi()["paths"])
@@ -101,9 +106,14 @@ def create_app(gw: "Gateway") -> FastAPI:
 class Gateway:
     """Routes HTTP requests to the model deployments; holds no model itself."""
 
-    def __init__(self, nll: dict[str, DeploymentHandle], args: dict[str, Any]):
+    def __init__(self, nll: dict[str, DeploymentHandle], args: dict[str, Any],
+                 classifiers: dict[str, DeploymentHandle] | None = None,
+                 reranker: DeploymentHandle | None = None):
         self.args = AppArgs.model_validate(args)
         self.nll = nll
+        self.classifiers = classifiers or {}
+        self.models = {**nll, **self.classifiers}  # every servable model by name
+        self.reranker = reranker
         self.limits = self.args.limits
         self.timeout = self.args.request_timeout_s
         self.token = read_token(self.args.auth_token_env)
@@ -112,21 +122,39 @@ class Gateway:
     def __serve_build_asgi_app__(self) -> FastAPI:
         return create_app(self)
 
+    def resolve(self, model: str | None, family: str, param: str) -> str:
+        """The served model for a request's `model` field: `family` "nll" (causal/seq2seq) or
+        "classifier"; None picks the default classifier. Unknown → 404 naming `param`."""
+        pool = self.nll if family == "nll" else self.classifiers
+        if model is None and family == "classifier" and pool:
+            return next(iter(pool))
+        if model not in pool:
+            kind = "dialogue (NLL) model" if family == "nll" else "classifier"
+            raise ServiceError("unknown_model", f"unknown {kind} {model!r}; served: "
+                               f"{', '.join(sorted(pool)) or 'none'}", param=param)
+        return model
+
     async def call(self, model: str, method: str, *args, **kwargs):
         """Call a model deployment's method under the request deadline; Ray errors → ServiceError."""
-        handle = self.nll.get(model)
+        handle = self.models.get(model)
         if handle is None:
             raise ServiceError("unknown_model", f"unknown model {model!r}; served: "
-                               f"{', '.join(sorted(self.nll))}", param="model")
-        metrics.IN_FLIGHT.labels(model).inc()
+                               f"{', '.join(sorted(self.models))}", param="model")
+        return await self._guarded(model, getattr(handle, method).remote(*args, **kwargs))
+
+    async def call_rerank(self, *args):
+        return await self._guarded("rerank", self.reranker.rerank.remote(*args))
+
+    async def _guarded(self, label: str, pending):
+        metrics.IN_FLIGHT.labels(label).inc()
         try:
-            return await asyncio.wait_for(getattr(handle, method).remote(*args, **kwargs), self.timeout)
+            return await asyncio.wait_for(pending, self.timeout)
         except ServiceError:
             raise
         except Exception as exc:  # noqa: BLE001 - every Ray failure maps to a typed error
             raise gw_errors.from_ray(exc) from None
         finally:
-            metrics.IN_FLIGHT.labels(model).dec()
+            metrics.IN_FLIGHT.labels(label).dec()
 
     async def card(self, model: str) -> dict:
         """The model's card (cached after the first answer)."""
@@ -137,33 +165,45 @@ class Gateway:
     async def readiness(self) -> dict[str, str]:
         async def probe(model: str) -> str:
             try:
-                await asyncio.wait_for(self.nll[model].info.remote(), 5.0)
+                await asyncio.wait_for(self.models[model].info.remote(), 5.0)
                 return "ok"
             except Exception as exc:  # noqa: BLE001 - reported, not raised
                 return f"unavailable: {type(exc).__name__}"
 
-        names = list(self.nll)
+        names = list(self.models)
         return dict(zip(names, await asyncio.gather(*(probe(m) for m in names))))
 
 
 def build_app(args: AppArgs) -> serve.Application:
     """The Serve application for `args` (Serve YAML: `import_path: services.gateway.app:build_app`)."""
-    handles = {}
-    for cfg, opts in args.model_configs():
-        options: dict[str, Any] = dict(
-            name=f"nll-{cfg.name}",  # cfg.name is the served name (alias applied)
-            max_ongoing_requests=opts.max_ongoing_requests,
-            max_queued_requests=opts.max_queued_requests,
-            ray_actor_options={"num_cpus": opts.num_cpus, "num_gpus": opts.num_gpus},
-        )
-        if opts.autoscaling_config:
-            options["autoscaling_config"] = opts.autoscaling_config
-        else:
-            options["num_replicas"] = opts.num_replicas
-        handles[cfg.name] = NLLDeployment.options(**options).bind(
-            cfg.model_dump(), token_budget=opts.token_budget, max_batch_tokens=opts.max_batch_tokens,
-            batch_wait_timeout_s=opts.batch_wait_timeout_s, num_threads=opts.num_threads,
-        )
+    from services.contradiction.deployment import ContradictionDeployment
+    from services.rerank.deployment import RerankDeployment
+
+    nll = {cfg.name: NLLDeployment.options(**_options(f"nll-{cfg.name}", opts)).bind(
+        cfg.model_dump(), token_budget=opts.token_budget, max_batch_tokens=opts.max_batch_tokens,
+        batch_wait_timeout_s=opts.batch_wait_timeout_s, num_threads=opts.num_threads,
+    ) for cfg, opts in args.model_configs()}
+    classifiers = {cfg.name: ContradictionDeployment.options(**_options(f"nli-{cfg.name}", opts)).bind(
+        cfg.model_dump(), token_budget=opts.token_budget,
+        max_batch_pairs=min(opts.max_batch_tokens, 4096),
+        batch_wait_timeout_s=opts.batch_wait_timeout_s, num_threads=opts.num_threads,
+    ) for cfg, opts in args.classifier_configs()}
+    reranker = RerankDeployment.options(
+        ray_actor_options={"num_cpus": args.rerank_num_cpus}).bind(classifiers, nll) if classifiers else None
     return Gateway.options(
         num_replicas=args.gateway_replicas, ray_actor_options={"num_cpus": args.gateway_num_cpus},
-    ).bind(handles, args.model_dump())
+    ).bind(nll, args.model_dump(), classifiers, reranker)
+
+
+def _options(name: str, opts) -> dict[str, Any]:
+    """Serve deployment options of one model deployment (`cfg.name` is the served name)."""
+    options: dict[str, Any] = dict(
+        name=name, max_ongoing_requests=opts.max_ongoing_requests,
+        max_queued_requests=opts.max_queued_requests,
+        ray_actor_options={"num_cpus": opts.num_cpus, "num_gpus": opts.num_gpus},
+    )
+    if opts.autoscaling_config:
+        options["autoscaling_config"] = opts.autoscaling_config
+    else:
+        options["num_replicas"] = opts.num_replicas
+    return options

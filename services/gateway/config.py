@@ -60,6 +60,10 @@ class AppArgs(_Args):
         None, description="Folder of stand-in checkpoints: when set, registry names resolve to the "
         "offline stand-ins there (built if missing) instead of hub ids.")
     models: list[ModelEntry] = Field(min_length=1, description="The dialogue (NLL) models to serve.")
+    classifiers: list[ModelEntry] = Field(
+        default_factory=list, description="NLI classifiers for /v1/contradiction and reranking; the "
+        "first is the default detector. The rerank routes exist when at least one is served.")
+    rerank_num_cpus: float = Field(0.1, gt=0, description="CPUs of the (model-less) rerank deployment.")
     limits: Limits = Field(default_factory=Limits)
     request_timeout_s: float = Field(60.0, gt=0, description="Deadline of one request; then 408.")
     gateway_num_cpus: float = Field(0.1, gt=0)
@@ -69,7 +73,7 @@ class AppArgs(_Args):
 
     @model_validator(mode="after")
     def _unique(self) -> "AppArgs":
-        names = [m.serve_as or m.name for m in self.models]
+        names = [m.serve_as or m.name for m in self.models + self.classifiers]
         if len(set(names)) != len(names):
             raise ValueError(f"models: duplicate names in {names}")
         return self
@@ -82,12 +86,21 @@ class AppArgs(_Args):
             return stand_in_registry(self.stand_ins)
         return paper_registry()
 
-    def model_configs(self) -> list[tuple[ModelConfig, ServingOptions]]:
+    def model_configs(self, entries: list[ModelEntry] | None = None
+                      ) -> list[tuple[ModelConfig, ServingOptions]]:
+        """Resolved configs of `entries` (default: the NLL models), aliases and overrides applied."""
         registry = self.registry()
         out = []
-        for entry in self.models:
+        for entry in self.models if entries is None else entries:
             base = registry.get(entry.name)
             name = {"name": entry.serve_as} if entry.serve_as else {}
             cfg = ModelConfig.model_validate({**base.model_dump(), **entry.overrides, **name})
             out.append((cfg, entry.serving))
+        return out
+
+    def classifier_configs(self) -> list[tuple[ModelConfig, ServingOptions]]:
+        out = self.model_configs(self.classifiers)
+        for cfg, _ in out:
+            if cfg.family != "classifier":
+                raise ValueError(f"classifiers: {cfg.name!r} is a {cfg.family} model, not a classifier")
         return out

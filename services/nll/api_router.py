@@ -25,6 +25,7 @@ def build_router(gw) -> APIRouter:
                                            "overloaded", "timeout", "model_error"))
     async def nll(body: NLLRequest, response: Response) -> NLLResponse:
         check_nll_limits(body, gw.limits)
+        gw.resolve(body.model, "nll", "model")
         reply: ScoreReply = await gw.call(body.model, "score", [it.to_item() for it in body.items],
                                           body.return_tokens)
         if reply.error:

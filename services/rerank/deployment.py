@@ -1,0 +1,73 @@
+"""The rerank deployment: composes the contradiction and NLL deployments through their handles.
+
+It holds no model. For each request it sends one detection job (all candidates' pairs, batched
+with other requests' inside the detector) and, when an NLL model is named, one NLL request, and
+combines them with :class:`~services.rerank.engine.Reranker`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from services.contradiction.engine import DetectionJob, DetectionResult, Turn
+from services.nll.engine import NLLItem, ScoringInputError
+from services.rerank.engine import Reranker, RerankOutput
+
+
+class _Upstream(Exception):
+    """A detector/NLL deployment answered with an error body; carried back unchanged."""
+
+    def __init__(self, error: dict):
+        super().__init__(error.get("message", ""))
+        self.error = error
+
+
+@dataclass
+class RerankReply:
+    output: RerankOutput | None = None
+    error: dict | None = None
+
+
+@serve.deployment(name="rerank", max_ongoing_requests=128, ray_actor_options={"num_cpus": 0.1})
+class RerankDeployment:
+    """Methods: `rerank`, `info`."""
+
+    def __init__(self, detectors: dict[str, DeploymentHandle], nll: dict[str, DeploymentHandle]):
+        self.detectors = detectors
+        self.nll = nll
+
+    def info(self) -> dict[str, Any]:
+        return {"detectors": sorted(self.detectors), "nll_models": sorted(self.nll)}
+
+    async def rerank(self, context: list[Turn], candidates: list[str], kwargs: dict[str, Any],
+                     model: str, nll_model: str | None = None) -> RerankReply:
+        """Rerank `candidates`; `model` and `nll_model` were checked by the gateway."""
+        detector = self.detectors[model]
+
+        async def detect(job: DetectionJob) -> list[DetectionResult]:
+            reply = await detector.detect.remote(job)
+            if reply.error:
+                raise _Upstream(reply.error)
+            return reply.results
+
+        async def nll(context_texts: list[str], cands: list[str]) -> list[float]:
+            items = [NLLItem(target=c, context=tuple(context_texts)) for c in cands]
+            reply = await self.nll[nll_model].score.remote(items)
+            if reply.error:
+                # The NLL engine names `items[k].target`; for the caller that is `candidates[k]`.
+                param = (reply.error.get("param") or "").replace("items[", "candidates[").replace("].target", "]")
+                raise _Upstream({**reply.error, "param": param or "candidates"})
+            return [r.nll for r in reply.results]
+
+        try:
+            out = await Reranker(detect).arerank(context, candidates, nll_fn=nll if nll_model else None,
+                                                 **kwargs)
+        except _Upstream as exc:
+            return RerankReply(error=exc.error)
+        except ScoringInputError as exc:
+            return RerankReply(error={"type": "invalid_request", "message": str(exc), "param": exc.param})
+        return RerankReply(output=out)
