@@ -117,27 +117,29 @@ def ragged_items(engine: NLLEngine, n: int, seed: int) -> list[EncodedItem]:
     return items
 
 
-_singles_cache: dict[str, tuple[list[EncodedItem], list]] = {}
+@pytest.fixture(scope="module")
+def ragged(loaded):
+    """Per model: 64 ragged items and each one's result scored alone (computed once per module)."""
+    cache: dict[str, tuple[list[EncodedItem], list]] = {}
 
+    def get(name):
+        if name not in cache:
+            engine = engine_for(loaded, name)
+            items = ragged_items(engine, 64, seed=GENERATIVE.index(name))
+            cache[name] = (items, [engine.score_encoded([e])[0][0] for e in items])
+        return cache[name]
 
-def items_and_singles(loaded, name):
-    """64 ragged items for `name` and each one's result scored alone (computed once)."""
-    if name not in _singles_cache:
-        engine = engine_for(loaded, name)
-        items = ragged_items(engine, 64, seed=hash(name) % 1000)
-        singles = [engine.score_encoded([e])[0][0] for e in items]
-        _singles_cache[name] = (items, singles)
-    return _singles_cache[name]
+    return get
 
 
 # ------------------------------------------------------------------- batched == one at a time
 @pytest.mark.parametrize("budget", [10**9, 256], ids=["one-pass", "small-budget"])
 @pytest.mark.parametrize("name", GENERATIVE)
-def test_batched_equals_one_at_a_time(loaded, name, budget):
+def test_batched_equals_one_at_a_time(loaded, ragged, name, budget):
     """Ragged batches of 1..64 items give each item's NLL alone (right padding, masks, positions,
     encoder reuse); with a small budget the items are sorted into many batches, and results still
     come back in input order."""
-    items, singles = items_and_singles(loaded, name)
+    items, singles = ragged(name)
     engine = engine_for(loaded, name, token_budget=budget)
     rng = random.Random(7)
     for size in (1, 2, 5, 17, 64):
@@ -154,10 +156,10 @@ def test_batched_equals_one_at_a_time(loaded, name, budget):
 
 
 @pytest.mark.parametrize("name", GENERATIVE)
-def test_plan_respects_budget_and_sorts(loaded, name):
+def test_plan_respects_budget_and_sorts(loaded, ragged, name):
     """Every batch fits the token budget unless it is a single oversized item; causal batches are
     formed from length-sorted items, so padding waste is small."""
-    items, _ = items_and_singles(loaded, name)
+    items, _ = ragged(name)
     budget = 600
     engine = engine_for(loaded, name, token_budget=budget)
     plan = engine._plan(items)
