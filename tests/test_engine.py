@@ -18,7 +18,7 @@ from services.loading import LoadedModel, load_model
 from services.nll.engine import (
     EmptyTargetError, EncodedItem, NLLEngine, NLLItem, ScoringInputError, TargetTooLongError,
 )
-from services.registry import DialogueFormat, ModelConfig
+from services.registry import ModelConfig
 from services.standins import (
     MARKER, lay_out_as_hub_cache, reinit_, templated_sentences, train_causal,
 )
@@ -265,6 +265,19 @@ def test_equals_model_loss_single_items(loaded, name):
         loss, per_token = _hf_reference(engine, enc)
         assert res.nll == pytest.approx(loss, abs=TOL)
         assert len(per_token) == res.num_tokens == len(enc.target_ids)
+        assert max(abs(a - b) for a, b in zip(res.token_nlls, per_token)) < TOL
+
+
+@pytest.mark.parametrize("name", GENERATIVE)
+def test_ragged_singles_equal_model_loss(loaded, ragged, name):
+    """The one-at-a-time references above are themselves the model's own loss, corner cases
+    included (1-token sources and targets, sequences filling the whole window)."""
+    engine = engine_for(loaded, name)
+    items, singles = ragged(name)
+    assert max(e.cost for e in items) >= engine.config.max_length  # the window is reached
+    for enc, res in zip(items, singles):
+        loss, per_token = _hf_reference(engine, enc)
+        assert res.nll == pytest.approx(loss, abs=TOL)
         assert max(abs(a - b) for a, b in zip(res.token_nlls, per_token)) < TOL
 
 
