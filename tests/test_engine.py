@@ -432,6 +432,12 @@ def test_empty_target(loaded, name):
     assert bare.score([NLLItem(target="hi", context=())])[0].token_ids == _ids(engine, "hi")
 
 
+@pytest.mark.parametrize("name", GENERATIVE)
+def test_no_items(loaded, name):
+    results, stats = engine_for(loaded, name).score_encoded([])
+    assert results == [] and stats.batches == 0 and stats.padding_waste == 0.0
+
+
 def test_item_with_source_and_context_is_rejected():
     with pytest.raises(ScoringInputError):
         NLLItem(target="x", source="a", context=("b",))
