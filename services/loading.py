@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from services.registry import ModelConfig
@@ -75,8 +76,27 @@ def load_model(config: ModelConfig) -> LoadedModel:
     model = auto.from_pretrained(config.source, dtype=getattr(torch, _DTYPES[config.dtype]), **kwargs)
     model.to(device).eval()
     stand_in = config.stand_in or _carries_marker(config)
-    revision = getattr(model.config, "_commit_hash", None) or (None if config.is_local else config.revision)
-    return LoadedModel(config, model, tokenizer, device, stand_in, revision)
+    return LoadedModel(config, model, tokenizer, device, stand_in, _resolved_revision(config, model))
+
+
+def _resolved_revision(config: ModelConfig, model: Any) -> str | None:
+    """The commit a hub id was loaded from (None for local paths).
+
+    transformers 5 no longer sets ``config._commit_hash``; the commit is the name of the cache
+    snapshot folder that holds the loaded ``config.json`` (``.../snapshots/<commit>/config.json``).
+    Falls back to the requested revision when the cache cannot tell.
+    """
+    if config.is_local:
+        return None
+    legacy = getattr(model.config, "_commit_hash", None)
+    if legacy:
+        return legacy
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(config.source, "config.json", revision=config.revision)
+    if isinstance(found, str) and Path(found).parent.parent.name == "snapshots":
+        return Path(found).parent.name
+    return config.revision
 
 
 def _carries_marker(config: ModelConfig) -> bool:
