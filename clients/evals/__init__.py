@@ -1,0 +1,11 @@
+"""Evaluations that run without Ray or a server: data readers, metrics and transforms.
+
+    mutual        MuTual / MuTual-plus: readers, option ranking, R@1 / R@2 / MRR, ranked-letters export
+    decode        DECODE: reader, wire types for the contradiction service, metrics, A2T and RCT sets
+    robustness    the ADEM-style perturbation battery and per-variant statistics
+    report        terminal table, CSV, JSON and JSON Lines, each written atomically
+    dialogue      the `Turn` type the readers share
+
+The HTTP runners (`dialscore eval mutual|decode|robustness`) are built on these functions; nothing
+here imports Ray, httpx or torch.
+"""
