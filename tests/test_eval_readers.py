@@ -78,12 +78,13 @@ def test_mutual_dev_real_file(tmp_path):
 
 
 def test_decode_record_drops_the_last_turn_from_the_evidence():
-    record = {"record_id": "r1", "is_contradiction": True,
+    record = {"record_id": "r1", "conversation_id": "abc#truncated#4", "is_contradiction": True,
               "aggregated_contradiction_indices": [1, 3],
               "auxiliary": {"source": "human_bot"},
               "turns": [{"turn_id": i, "agent_id": i % 2, "text": f"u{i}"} for i in range(4)]}
     d = dialogue_from_record(record)
     assert d.evidence == {1} and d.last.id == 3 and d.group == "human_bot"
+    assert d.id == "r1" and d.conversation == "abc"
     assert [t.speaker for t in d.turns] == ["0", "1", "0", "1"]
     with pytest.raises(ValueError, match="not among the turns"):
         dialogue_from_record({**record, "aggregated_contradiction_indices": [7, 3]})

@@ -79,6 +79,19 @@ def test_a2t_is_deterministic_under_a_seed():
     assert len(texts) > 1
 
 
+def test_a2t_never_takes_utterances_from_the_same_conversation():
+    same = [DecodeDialogue(id=f"s{i}", index=0, turns=d.turns, is_contradiction=False,
+                           conversation="conv-1") for i, d in enumerate(DONORS)]
+    other = DecodeDialogue(id="o", index=0, turns=DONORS[0].turns, is_contradiction=False,
+                           conversation="conv-2")
+    mine = DecodeDialogue(id="c1", index=0, turns=CONTRA.turns, is_contradiction=True,
+                          evidence=CONTRA.evidence, conversation="conv-1")
+    for seed in range(5):
+        assert a2t(mine, [mine, *same, other], random.Random(seed)).meta["inserted_from"] == "o"
+    with pytest.raises(ValueError, match="no other dialogue"):
+        a2t(mine, [mine, *same], random.Random(0))
+
+
 def test_a2t_needs_evidence_and_a_donor():
     with pytest.raises(NotApplicable):
         a2t(DONORS[0], POOL, random.Random(0))

@@ -24,8 +24,8 @@ A ratio whose denominator is zero is None rather than 0.
 Diagnostic sets (only dialogues labelled contradiction with evidence qualify; others are skipped
 and counted):
 - A2T (`a2t`): two unrelated utterances, a consecutive pair taken from another dialogue chosen
-  by the seeded RNG, are inserted right after the earliest evidence turn, so they sit between the
-  contradicting utterances. They are given the speakers (other speaker, evidence speaker), so the
+  by the seeded RNG (never one from the same conversation), are inserted right after the earliest
+  evidence turn, so they sit between the contradicting utterances. They are given the speakers (other speaker, evidence speaker), so the
   alternation is kept. The label and the evidence stay.
 - RCT (`rct`): every evidence turn is removed together with its partner, the turn just before it
   when that one is by another speaker (the utterance it answers), else the turn just after it
@@ -60,6 +60,7 @@ class DecodeDialogue:
     is_contradiction: bool
     evidence: frozenset[int] = frozenset()
     group: str | None = None
+    conversation: str | None = None
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -120,15 +121,22 @@ def dialogue_from_record(record: Mapping[str, Any], index: int = 0, where: str =
     indices = record.get("aggregated_contradiction_indices") or []
     last_id = turns[-1].id if turns else None
     evidence = frozenset(int(i) for i in indices) - {last_id}
-    ident = record.get("record_id") or record.get("conversation_id") or f"{where}"
+    conversation = record.get("conversation_id")
+    ident = record.get("record_id") or conversation or where
     return _check(DecodeDialogue(id=str(ident), index=index, turns=turns, is_contradiction=label,
-                                 evidence=evidence, group=group_key(record)), where)
+                                 evidence=evidence, group=group_key(record),
+                                 conversation=str(conversation).split("#")[0] if conversation
+                                 else None), where)
 
 
 def read_decode(path: str | Path,
                 group_key: Callable[[Mapping[str, Any]], str | None] = default_group,
                 ) -> list[DecodeDialogue]:
-    """Read a DECODE JSON Lines file; `index` is the 0-based position among non-blank lines."""
+    """Read a DECODE JSON Lines file; `index` is the 0-based position among non-blank lines.
+
+    A dialogue's id is its `record_id` (else its `conversation_id`, else "FILE:LINE"); when ids
+    repeat within the file, every id becomes "STEM:INDEX" so that they stay unique.
+    """
     source = Path(path)
     out: list[DecodeDialogue] = []
     with source.open(encoding="utf-8") as handle:
@@ -155,6 +163,7 @@ def to_record(d: DecodeDialogue) -> dict[str, Any]:
     aux.update({k: v for k, v in d.meta.items()})
     return {
         "record_id": d.id,
+        **({"conversation_id": d.conversation} if d.conversation is not None else {}),
         "turns": [{"turn_id": t.id, "agent_id": _agent(t.speaker), "text": t.text} for t in d.turns],
         "is_contradiction": d.is_contradiction,
         "aggregated_contradiction_indices": indices,
@@ -347,19 +356,23 @@ def _renumbered(d: DecodeDialogue, turns: Sequence[Turn | tuple[str, str]],
             "source_turn_ids": list(source_ids), **(extra or {})}
     return _check(DecodeDialogue(id=f"{d.id}#{transform}", index=d.index, turns=tuple(new_turns),
                                  is_contradiction=is_contradiction, evidence=evidence,
-                                 group=d.group, meta=meta), f"{transform}({d.id})")
+                                 group=d.group, conversation=d.conversation, meta=meta),
+                  f"{transform}({d.id})")
 
 
 def a2t(dialogue: DecodeDialogue, pool: Sequence[DecodeDialogue],
         rng: random.Random) -> DecodeDialogue:
     """Add two turns: a consecutive pair of utterances from another dialogue of `pool`, chosen
     with `rng`, inserted right after the earliest evidence turn. Label and evidence are kept.
+    Dialogues from the same conversation (DECODE's truncated copies share the part of
+    `conversation_id` before "#") never serve as donors.
 
     Raises NotApplicable without contradiction evidence, ValueError without a donor (another
     dialogue with at least two turns).
     """
     _require_evidence(dialogue, "A2T")
-    donors = [d for d in pool if d.id != dialogue.id and len(d.turns) >= 2]
+    donors = [d for d in pool if len(d.turns) >= 2 and d.id != dialogue.id
+              and (dialogue.conversation is None or d.conversation != dialogue.conversation)]
     if not donors:
         raise ValueError(f"A2T: no other dialogue with two turns to take utterances from "
                          f"(pool of {len(pool)})")
