@@ -23,6 +23,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest
 
+serve: $(STAMP)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/serve run deployments/local.yaml
+
 standins: $(STAMP)
 	$(VENV)/bin/dialscore stand-ins build artifacts/stand-ins
 

@@ -1,49 +1,76 @@
-"""`dialscore demo`: the main job on the embedded default (stand-in checkpoints, this machine).
+"""`dialscore demo`: the main job, on the embedded default (a local Ray instance, stand-in models).
 
-Builds the stand-ins when missing and scores a few example dialogues with every stand-in
-dialogue model, printing each target token's NLL. Stand-in weights are random: the numbers show
-the pipeline working, not a model's judgement.
+It starts the service from ``deployments/local.yaml`` on a free loopback port, runs the CEDAR
+inference and attribution probes for every served dialogue model on the shipped sample
+(``examples/cedar_sample.jsonl``), prints the tables, writes the report under ``--out``, and stops
+the service.
+
+Stand-in weights are random, so the accuracies sit near chance (0.5): the run shows the pipeline,
+not a model's judgement. For the real checkpoints, delete the ``stand_ins:`` line of the YAML (the
+registry then loads the hub ids, e.g. ``microsoft/DialoGPT-medium``).
 """
 
 from __future__ import annotations
 
 import argparse
+import socket
+import time
+from pathlib import Path
 
-EXAMPLES: list[dict] = [
-    {"context": ["Hi! How was your weekend?", "Great, I found a buyer for the house."],
-     "target": "That's wonderful, you must be so happy!"},
-    {"context": [], "target": "Hello there."},
-    {"context": ["Tu aimes le café ? ☕"], "target": "Oui, beaucoup 😀"},
-    {"context": ["why are you so happy?"], "knowledge": "I found a buyer for the house causes I am so happy",
-     "target": "because I sold the house."},
-]
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def register(sub) -> None:
-    p = sub.add_parser("demo", help="run the main job on the embedded default (stand-ins)")
-    p.add_argument("--stand-ins", default="artifacts/stand-ins")
+    p = sub.add_parser("demo", help="start the local service, run the CEDAR probes, write the report")
+    p.add_argument("--config", default=str(ROOT / "deployments" / "local.yaml"),
+                   help="Serve config whose first application's args are used")
+    p.add_argument("--data", default=str(ROOT / "examples" / "cedar_sample.jsonl"))
+    p.add_argument("--out", default="runs/demo", help="report folder (re-runs resume from it)")
+    p.add_argument("--settings", default="inference,attribution")
+    p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_demo)
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from services.nll.engine import NLLEngine, NLLItem
-    from services.registry import stand_in_registry
-    from services.standins import build_stand_ins
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
-    build_stand_ins(args.stand_ins)
-    print("NOTE: these are STAND-IN checkpoints with random weights: NLLs are near log(vocab) and "
-          "say nothing about dialogue quality. Point the registry at the real hub ids for real scores.")
-    registry = stand_in_registry(args.stand_ins)
-    for config in registry:
-        if config.family == "classifier":
-            continue
-        engine = NLLEngine(config)
-        items = [NLLItem(target=e["target"], context=tuple(e["context"]), knowledge=e.get("knowledge"))
-                 for e in EXAMPLES]
-        print(f"\n== {config.name}  ({config.family}, stand-in={engine.stand_in}, source={config.source})")
-        for item, res in zip(items, engine.score(items)):
-            pieces = " ".join(f"{t!r}:{n:.2f}" for t, n in
-                              zip(engine.token_strings(res.token_ids), res.token_nlls))
-            print(f"  {item.target!r}  mean NLL {res.nll:.3f} over {res.num_tokens} tokens"
-                  f"{' (source truncated)' if res.truncated else ''}\n    {pieces}")
+
+def _demo(args: argparse.Namespace) -> int:
+    import ray
+    from ray import serve
+
+    from clients.client import DialscoreClient
+    from clients.probes.run import run_probes
+    from services.gateway.app import build_app
+    from services.gateway.config import AppArgs
+
+    raw = yaml.safe_load(Path(args.config).read_text())["applications"][0]["args"]
+    if raw.get("stand_ins") and not Path(raw["stand_ins"]).is_absolute():
+        raw["stand_ins"] = str(ROOT / raw["stand_ins"])
+    app_args = AppArgs.model_validate(raw)
+    if app_args.stand_ins:
+        print("NOTE: serving STAND-IN checkpoints with random weights: probe accuracies will sit near "
+              "chance (0.5).\n      For the real models, remove `stand_ins:` from "
+              f"{args.config} (hub ids such as microsoft/DialoGPT-medium are then loaded).")
+    port = _free_port()
+    start = time.monotonic()
+    ray.init(include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(build_app(app_args), name="dialscore", route_prefix="/")
+        url = f"http://127.0.0.1:{port}"
+        print(f"service ready at {url} after {time.monotonic() - start:.0f} s")
+        with DialscoreClient(url, timeout=120) as client:
+            client.wait_ready(timeout=120)
+            run_probes(client, args.data, None, args.settings, seed=args.seed, out_dir=args.out,
+                       echo=print)
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    print(f"\nreport written to {Path(args.out).resolve()} ({time.monotonic() - start:.0f} s in all)")
     return 0
