@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test serve standins bench clean
+.PHONY: install demo test serve standins bench loadtest clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ standins: $(STAMP)
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) loadtests/bench_engine.py
+
+loadtest: $(STAMP)
+	$(PY) -m pip install -q -e '.[load]'
+	HF_HUB_OFFLINE=1 $(PY) loadtests/run_load.py
 
 clean:
 	rm -rf $(VENV) artifacts .pytest_cache

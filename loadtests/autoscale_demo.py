@@ -1,0 +1,97 @@
+"""Show the NLL deployment autoscaling (1 -> 2 replicas under load, back to 1 after it).
+
+    python loadtests/autoscale_demo.py [--load-seconds 40] [--idle-seconds 45]
+
+Starts deployments/autoscale-local.yaml on a free loopback port, sends closed-loop NLL traffic
+from 8 concurrent clients for --load-seconds, then stops and waits --idle-seconds, printing every
+2 s the RUNNING replica count read from `serve.status()` and the requests completed. Bounded in
+time; loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--load-seconds", type=float, default=40)
+    ap.add_argument("--idle-seconds", type=float, default=45)
+    args = ap.parse_args()
+
+    import httpx
+    import ray
+    from ray import serve
+
+    from services.gateway.app import build_app
+    from services.gateway.config import AppArgs
+    from services.standins import templated_sentences
+
+    raw = yaml.safe_load((ROOT / "deployments" / "autoscale-local.yaml").read_text())["applications"][0]["args"]
+    raw["stand_ins"] = str(ROOT / raw["stand_ins"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray.init(include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(build_app(AppArgs.model_validate(raw)), name="dialscore", route_prefix="/")
+    url = f"http://127.0.0.1:{port}"
+    pool = templated_sentences(500, seed=3)
+    body = {"model": "dialogpt-medium",
+            "items": [{"context": pool[k:k + 4], "target": pool[k + 5]} for k in range(32)]}
+    done = {"n": 0, "errors": 0}
+    stop = threading.Event()
+
+    async def load():
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            async def worker():
+                while not stop.is_set():
+                    r = await client.post("/v1/nll", json=body)
+                    done["n" if r.status_code == 200 else "errors"] += 1
+            await asyncio.gather(*(worker() for _ in range(8)))
+
+    def replicas() -> int:
+        dep = serve.status().applications["dialscore"].deployments["nll-dialogpt-medium"]
+        return dep.replica_states.get("RUNNING", 0)
+
+    loader = threading.Thread(target=lambda: asyncio.run(load()), daemon=True)
+    start = time.monotonic()
+    loader.start()
+    timeline = []
+    print(f"{'t (s)':>6s} {'phase':>5s} {'replicas':>8s} {'requests done':>13s}")
+    while time.monotonic() - start < args.load_seconds + args.idle_seconds:
+        t = time.monotonic() - start
+        if t >= args.load_seconds and not stop.is_set():
+            stop.set()
+        n = replicas()
+        timeline.append((t, n))
+        print(f"{t:6.0f} {'load' if not stop.is_set() else 'idle':>5s} {n:8d} {done['n']:13d}", flush=True)
+        time.sleep(2)
+    stop.set()
+    loader.join(timeout=70)
+    peak = max(n for _, n in timeline)
+    final = timeline[-1][1]
+    serve.shutdown()
+    ray.shutdown()
+    print(f"peak replicas {peak}, final {final}; {done['n']} requests, {done['errors']} errors")
+    print("OK: scaled up under load and back down after it" if peak == 2 and final == 1
+          else "NOTE: did not see the full 1 -> 2 -> 1 cycle within the time given")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""`make loadtest`: Locust, headless, against the local service on stand-ins (loopback only).
+
+Starts the app from deployments/local.yaml on a free port, then for each scenario steps the number
+of closed-loop users up (1, 2, 4, ...) for --seconds each, reading Locust's CSV stats, until p99
+latency crosses 1 s or --max-users is reached. Prints and writes (runs/loadtest/) throughput and
+p50/p95/p99 per step, and the request rate at which p99 crossed 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def locust_step(url: str, user_class: str, users: int, seconds: int, out: Path) -> dict:
+    prefix = out / f"{user_class}-{users}"
+    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtests" / "locustfile.py"), user_class,
+           "--headless", "-u", str(users), "-r", str(users), "--run-time", f"{seconds}s",
+           "--host", url, "--csv", str(prefix), "--only-summary", "--stop-timeout", "30"]
+    subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=seconds + 120)
+    with open(f"{prefix}_stats.csv", newline="") as fh:
+        row = next(r for r in csv.DictReader(fh) if r["Name"] == "Aggregated")
+    return {"users": users, "requests": int(row["Request Count"]), "failures": int(row["Failure Count"]),
+            "rps": float(row["Requests/s"]), "p50_s": float(row["50%"]) / 1000,
+            "p95_s": float(row["95%"]) / 1000, "p99_s": float(row["99%"]) / 1000}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seconds", type=int, default=20, help="duration of each step")
+    ap.add_argument("--max-users", type=int, default=32)
+    ap.add_argument("--out", default=str(ROOT / "runs" / "loadtest"))
+    args = ap.parse_args()
+
+    import ray
+    from ray import serve
+
+    from services.gateway.app import build_app
+    from services.gateway.config import AppArgs
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    raw = yaml.safe_load((ROOT / "deployments" / "local.yaml").read_text())["applications"][0]["args"]
+    raw["stand_ins"] = str(ROOT / raw["stand_ins"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray.init(include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
+    results: dict[str, dict] = {}
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(build_app(AppArgs.model_validate(raw)), name="dialscore", route_prefix="/")
+        url = f"http://127.0.0.1:{port}"
+        for scenario in ("ProbeUser", "ChatbotUser"):
+            steps, crossed = [], None
+            users = 1
+            while users <= args.max_users:
+                step = locust_step(url, scenario, users, args.seconds, out)
+                steps.append(step)
+                print(f"{scenario:12s} users={users:3d} rps={step['rps']:7.2f} p50={step['p50_s']:.3f}s "
+                      f"p95={step['p95_s']:.3f}s p99={step['p99_s']:.3f}s failures={step['failures']}",
+                      flush=True)
+                if step["p99_s"] > 1.0:
+                    crossed = step["rps"]
+                    break
+                users *= 2
+            results[scenario] = {"steps": steps, "rps_at_p99_over_1s": crossed,
+                                 "max_rps": max(s["rps"] for s in steps)}
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    for scenario, r in results.items():
+        where = (f"{r['rps_at_p99_over_1s']:.2f} req/s" if r["rps_at_p99_over_1s"] is not None
+                 else f"not reached up to {args.max_users} users")
+        print(f"{scenario}: max throughput {r['max_rps']:.2f} req/s; p99 crosses 1 s at {where}")
+    print(f"results in {out}/results.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
