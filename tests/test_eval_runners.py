@@ -250,3 +250,32 @@ def test_sync_wrapper(tmp_path):
     asyncio.run(inside())
     with pytest.raises(TypeError, match="arun_mutual"):
         run_mutual(FakeService().client(), _mutual_file(tmp_path))
+
+
+def test_progress_bars_and_limit(tmp_path, capsys):
+    run = _run(_with(FakeService(), lambda c: arun_mutual(
+        c, _mutual_file(tmp_path), "nll", "fake-gpt", tmp_path, limit=2, progress=True)))
+    assert [i.id for i in run.instances] == ["d_1", "d_2"] and run.report["instances_read"] == 4
+    assert "mutual nll fake-gpt" in capsys.readouterr().err
+
+
+def test_cli_robustness(tmp_path, monkeypatch, capsys):
+    from clients.cli import main
+    from clients.commands import evaluate
+
+    service = FakeService()
+    monkeypatch.setattr(evaluate, "async_client_from_args", lambda args: service.client())
+    path = tmp_path / "robust.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROBUST))
+    code = main(["eval", "robustness", "--data", str(path), "--scorer", "rerank", "--n", "1",
+                 "--seed", "2", "--kinds", "reversed,generic_will_do", "--out", str(tmp_path / "o"),
+                 "--no-progress"])
+    assert code == 0
+    assert "generic_will_do" in capsys.readouterr().out
+    report = json.loads((tmp_path / "o" / "robustness-rerank-fake-nli.report.json").read_text())
+    assert report["kinds"] == ["reversed", "generic_will_do"] and report["n_items"] == 1
+    assert len(service.bodies["/v1/rerank"]) == 1
+    assert (tmp_path / "o" / "robustness-rerank-fake-nli.png").is_file()
+    code = main(["eval", "robustness", "--data", str(path), "--kinds", "nope", "--model",
+                 "fake-gpt", "--out", str(tmp_path / "o"), "--no-progress"])
+    assert code == 1 and "unknown perturbations" in capsys.readouterr().err
