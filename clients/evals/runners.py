@@ -653,8 +653,9 @@ def read_response_items(path: str | Path, n: int | None = None, seed: int = 0,
 
 
 def _plot(stats: Mapping[str, VariantStats], original: VariantStats, title: str) -> bytes:
-    """Two panels: mean score per variant with 1-SD whiskers against the originals' mean and band;
-    the share of pairs where the variant beat the original."""
+    """Two panels: mean score per variant (a point with 1-SD whiskers, coloured by category)
+    against the originals' mean and 1-SD band; the share of pairs where the variant beat the
+    original."""
     from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
 
     colors = {"slight": "tab:green", "simplified": "tab:olive", "unnatural": "tab:red",
@@ -670,8 +671,9 @@ def _plot(stats: Mapping[str, VariantStats], original: VariantStats, title: str)
         top.axhline(original.mean, color="black", linewidth=1, label="original mean")
         top.axhspan(original.mean - (original.std or 0), original.mean + (original.std or 0),
                     color="grey", alpha=0.2, label="original +- 1 SD")
-    top.bar(x, means, color=col)
-    top.errorbar(x, means, yerr=sds, fmt="none", ecolor="black", capsize=3)
+    # Points, not bars: scores may be negative (negated NLLs), so a bar from 0 means nothing.
+    for xi, m, sd, c in zip(x, means, sds, col):
+        top.errorbar([xi], [m], yerr=[sd], fmt="o", color=c, ecolor=c, capsize=4, markersize=7)
     top.set_ylabel("mean score (higher = better)")
     top.set_title(title, fontsize=10)
     top.legend(fontsize=8)
