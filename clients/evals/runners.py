@@ -32,7 +32,9 @@ client's `max_concurrency`.
 Entry points: the coroutines `arun_mutual`, `arun_decode` and `arun_robustness` take an
 `AsyncDialscoreClient`; `run_mutual`, `run_decode` and `run_robustness` take a `DialscoreClient`
 (or a URL) and run the coroutine on an async client with the same URL, headers, timeout and retry
-policy and `concurrency` requests in flight (default: the client's `max_concurrency`).
+policy and `concurrency` requests in flight (default: the client's `max_concurrency`; 16 for a
+URL). A transport injected into the sync client is not carried over: pass an async client with
+that transport to the coroutine instead.
 """
 
 from __future__ import annotations
