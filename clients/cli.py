@@ -5,6 +5,8 @@
     dialscore score --model NAME ...    score dialogues in-process (no server)
     dialscore probe --url URL ...       run the CEDAR probes against a running service
     dialscore models --url URL          list a running service's models
+    dialscore eval mutual|decode|robustness --url URL --data FILE ...
+                                        MuTual, DECODE and robustness evaluations over a service
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ COMMANDS: tuple[str, ...] = (
     "clients.commands.demo:register",
     "clients.commands.probe:register",
     "clients.commands.models:register",
+    "clients.commands.evaluate:register",
 )
 
 

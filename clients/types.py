@@ -138,6 +138,12 @@ class ContradictionResult(_Result):
 
 class ContradictionResponse(_Result):
     model: str | None = None
+    source: str | None = None
+    revision: str | None = None
+    stand_in: bool | None = None
+    mode: str | None = None
+    threshold: float | None = None
+    evidence_threshold: float | None = None
     results: list[ContradictionResult]
 
 
@@ -152,6 +158,11 @@ class RerankResult(_Result):
 
 
 class RerankResponse(_Result):
+    model: str | None = Field(None, description="The contradiction classifier used.")
+    stand_in: bool | None = None
+    nll_model: str | None = None
+    speaker: str | int | None = Field(None, description="Who the candidates were attributed to.")
+    mode: str | None = None
     results: list[RerankResult] = Field(description="Best first.")
 
 

@@ -54,6 +54,26 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "
     return target
 
 
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """`atomic_write_text` for bytes (a PNG, say): temp file, fsync, `os.replace`."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return target
+
+
 def columns_of(rows: Iterable[Row]) -> list[str]:
     """Column names in first-seen order over all rows."""
     seen: dict[str, None] = {}
