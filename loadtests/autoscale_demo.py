@@ -13,13 +13,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import sys
 import threading
 import time
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -32,24 +29,18 @@ def main() -> int:
     ap.add_argument("--idle-seconds", type=float, default=45)
     args = ap.parse_args()
 
+    from services.gateway.embedded import app_args_from_yaml, serve_locally
+
+    with serve_locally(app_args_from_yaml(ROOT / "deployments" / "autoscale-local.yaml")) as url:
+        return drive(url, args)
+
+
+def drive(url: str, args: argparse.Namespace) -> int:
     import httpx
-    import ray
     from ray import serve
 
-    from services.gateway.app import build_app
-    from services.gateway.config import AppArgs
     from services.standins import templated_sentences
 
-    raw = yaml.safe_load((ROOT / "deployments" / "autoscale-local.yaml").read_text())["applications"][0]["args"]
-    raw["stand_ins"] = str(ROOT / raw["stand_ins"])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ray.init(include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(build_app(AppArgs.model_validate(raw)), name="dialscore", route_prefix="/")
-    url = f"http://127.0.0.1:{port}"
     pool = templated_sentences(500, seed=3)
     body = {"model": "dialogpt-medium",
             "items": [{"context": pool[k:k + 4], "target": pool[k + 5]} for k in range(32)]}
@@ -85,8 +76,6 @@ def main() -> int:
     loader.join(timeout=70)
     peak = max(n for _, n in timeline)
     final = timeline[-1][1]
-    serve.shutdown()
-    ray.shutdown()
     print(f"peak replicas {peak}, final {final}; {done['n']} requests, {done['errors']} errors")
     print("OK: scaled up under load and back down after it" if peak == 2 and final == 1
           else "NOTE: did not see the full 1 -> 2 -> 1 cycle within the time given")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -48,13 +47,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10)
     args = ap.parse_args()
 
-    import httpx
-    import ray
-    from ray import serve
-
-    from services.contradiction.decode import read_decode
-    from services.gateway.app import build_app
     from services.gateway.config import AppArgs
+    from services.gateway.embedded import serve_locally
 
     stand_ins = Path(tempfile.gettempdir()) / "dialscore-bench" / "stand-ins"
     app_args = AppArgs.model_validate({
@@ -64,14 +58,16 @@ def main() -> int:
                          "serving": {"num_cpus": 1, "num_threads": 2, "max_ongoing_requests": 128,
                                      "max_queued_requests": 512}}],
     })
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ray.init(include_dashboard=False, log_to_driver=False, num_cpus=4,
-             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(build_app(app_args), name="bench", route_prefix="/")
-    url = f"http://127.0.0.1:{port}"
+    with serve_locally(app_args, num_cpus=4, name="bench") as url:
+        measure(url, args)
+    return 0
+
+
+def measure(url: str, args: argparse.Namespace) -> None:
+    import httpx
+
+    from services.contradiction.decode import read_decode
+
     body = {"context": CONTEXT, "candidates": CANDIDATES}
 
     async def at_rate(rate: float):
@@ -119,9 +115,6 @@ def main() -> int:
         print(f"contradiction: {len(dialogues)} RCT dialogues in {secs:.1f} s = {len(dialogues) / secs:.0f} dialogues/s")
     else:
         print("contradiction: ../shared/data/decode/rct.jsonl absent; skipped")
-    serve.shutdown()
-    ray.shutdown()
-    return 0
 
 
 if __name__ == "__main__":

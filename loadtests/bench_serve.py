@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import statistics
 import sys
 import tempfile
@@ -75,11 +74,9 @@ def main() -> int:
     args = ap.parse_args()
 
     import httpx
-    import ray
-    from ray import serve
 
-    from services.gateway.app import build_app
     from services.gateway.config import AppArgs
+    from services.gateway.embedded import serve_locally
     from services.nll.engine import NLLEngine
     from services.nll.protocol import NLLItemIn
     from services.standins import build_stand_ins
@@ -109,20 +106,10 @@ def main() -> int:
     del engine
 
     # Served: one replica, N concurrent clients over loopback HTTP.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ray.init(include_dashboard=False, log_to_driver=False, num_cpus=4,
-             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(build_app(app_args), name="bench", route_prefix="/")
-    url = f"http://127.0.0.1:{port}"
-    httpx.post(f"{url}/v1/nll", json={"model": "dialogpt-medium", "items": requests[0]}, timeout=600)
-
     latencies: list[float] = []
     served: list[list[float]] = [[] for _ in requests]
 
-    async def run() -> float:
+    async def run(url: str) -> float:
         queue = list(enumerate(requests))
         async with httpx.AsyncClient(base_url=url, timeout=600) as client:
             async def worker():
@@ -137,9 +124,9 @@ def main() -> int:
             await asyncio.gather(*(worker() for _ in range(args.clients)))
             return time.perf_counter() - t0
 
-    t_served = asyncio.run(run())
-    serve.shutdown()
-    ray.shutdown()
+    with serve_locally(app_args, num_cpus=4, name="bench") as url:
+        httpx.post(f"{url}/v1/nll", json={"model": "dialogpt-medium", "items": requests[0]}, timeout=600)
+        t_served = asyncio.run(run(url))
 
     worst = max(abs(a - b.nll) for got, want in zip(served, direct) for a, b in zip(got, want))
     rows = {

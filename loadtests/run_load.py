@@ -12,13 +12,10 @@ import argparse
 import csv
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -46,26 +43,12 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "runs" / "loadtest"))
     args = ap.parse_args()
 
-    import ray
-    from ray import serve
-
-    from services.gateway.app import build_app
-    from services.gateway.config import AppArgs
+    from services.gateway.embedded import app_args_from_yaml, serve_locally
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    raw = yaml.safe_load((ROOT / "deployments" / "local.yaml").read_text())["applications"][0]["args"]
-    raw["stand_ins"] = str(ROOT / raw["stand_ins"])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ray.init(include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
     results: dict[str, dict] = {}
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(build_app(AppArgs.model_validate(raw)), name="dialscore", route_prefix="/")
-        url = f"http://127.0.0.1:{port}"
+    with serve_locally(app_args_from_yaml()) as url:
         for scenario in ("ProbeUser", "ChatbotUser"):
             steps, crossed = [], None
             users = 1
@@ -81,9 +64,6 @@ def main() -> int:
                 users *= 2
             results[scenario] = {"steps": steps, "rps_at_p99_over_1s": crossed,
                                  "max_rps": max(s["rps"] for s in steps)}
-    finally:
-        serve.shutdown()
-        ray.shutdown()
     (out / "results.json").write_text(json.dumps(results, indent=2))
     for scenario, r in results.items():
         where = (f"{r['rps_at_p99_over_1s']:.2f} req/s" if r["rps_at_p99_over_1s"] is not None

@@ -40,14 +40,6 @@ def shared_file(relative: str) -> Path:
     return path
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def sharp_stand_ins(stand_ins, tmp_path_factory) -> dict[str, Path]:
     """Copies of the gpt2, bart and NLI stand-ins re-initialised at std 0.3 (NLLs vary by token), saved
@@ -138,19 +130,11 @@ def served(stand_ins, sharp_stand_ins, trained_gpt2):
     import time
 
     import httpx
-    import ray
-    from ray import serve
 
-    from services.gateway.app import build_app
+    from services.gateway.embedded import serve_locally
 
     args = serve_args(stand_ins, sharp_stand_ins, trained_gpt2)
-    port = free_port()
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(build_app(args), name="dialscore", route_prefix="/")
-        url = f"http://127.0.0.1:{port}"
+    with serve_locally(args, num_cpus=4) as url:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
@@ -162,6 +146,3 @@ def served(stand_ins, sharp_stand_ins, trained_gpt2):
         else:
             raise RuntimeError("the Serve app did not become ready within 120 s")
         yield Served(url, args)
-    finally:
-        serve.shutdown()
-        ray.shutdown()

@@ -13,11 +13,8 @@ registry then loads the hub ids, e.g. ``microsoft/DialoGPT-medium``).
 from __future__ import annotations
 
 import argparse
-import socket
 import time
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,44 +30,22 @@ def register(sub) -> None:
     p.set_defaults(func=_demo)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _demo(args: argparse.Namespace) -> int:
-    import ray
-    from ray import serve
-
     from clients.client import DialscoreClient
     from clients.probes.run import run_probes
-    from services.gateway.app import build_app
-    from services.gateway.config import AppArgs
+    from services.gateway.embedded import app_args_from_yaml, serve_locally
 
-    raw = yaml.safe_load(Path(args.config).read_text())["applications"][0]["args"]
-    if raw.get("stand_ins") and not Path(raw["stand_ins"]).is_absolute():
-        raw["stand_ins"] = str(ROOT / raw["stand_ins"])
-    app_args = AppArgs.model_validate(raw)
+    app_args = app_args_from_yaml(args.config)
     if app_args.stand_ins:
         print("NOTE: serving STAND-IN checkpoints with random weights: probe accuracies will sit near "
               "chance (0.5).\n      For the real models, remove `stand_ins:` from "
               f"{args.config} (hub ids such as microsoft/DialoGPT-medium are then loaded).")
-    port = _free_port()
     start = time.monotonic()
-    ray.init(include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(build_app(app_args), name="dialscore", route_prefix="/")
-        url = f"http://127.0.0.1:{port}"
+    with serve_locally(app_args) as url:
         print(f"service ready at {url} after {time.monotonic() - start:.0f} s")
         with DialscoreClient(url, timeout=120) as client:
             client.wait_ready(timeout=120)
             run_probes(client, args.data, None, args.settings, seed=args.seed, out_dir=args.out,
                        echo=print)
-    finally:
-        serve.shutdown()
-        ray.shutdown()
     print(f"\nreport written to {Path(args.out).resolve()} ({time.monotonic() - start:.0f} s in all)")
     return 0
