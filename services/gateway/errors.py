@@ -81,8 +81,10 @@ def install(app) -> None:
         if exc.status_code == 404:
             return error_response(ServiceError("not_found", "no such route"))
         if exc.status_code == 405:
+            # The one status outside the table: HTTP requires 405 (with `Allow`) for a known path
+            # and a wrong method; the body is an ordinary invalid_request.
             return JSONResponse(ServiceError("invalid_request", str(exc.detail)).body(), status_code=405,
-                                headers={"x-error-type": "invalid_request"})
+                                headers={**(exc.headers or {}), "x-error-type": "invalid_request"})
         return error_response(ServiceError("invalid_request", str(exc.detail)))
 
     @app.exception_handler(Exception)
