@@ -26,6 +26,7 @@ from services import metrics
 from services.errors import ServiceError
 from services.gateway import errors as gw_errors
 from services.gateway.config import AppArgs
+from services.gateway.deadline import answer
 from services.gateway.limits import BodySizeLimit
 from services.nll.deployment import NLLDeployment
 
@@ -116,6 +117,7 @@ class Gateway:
         self.reranker = reranker
         self.limits = self.args.limits
         self.timeout = self.args.request_timeout_s
+        self.queue_timeout = self.args.queue_timeout_s
         self.token = read_token(self.args.auth_token_env)
         self._cards: dict[str, dict] = {}
 
@@ -148,7 +150,7 @@ class Gateway:
     async def _guarded(self, label: str, pending):
         metrics.IN_FLIGHT.labels(label).inc()
         try:
-            return await asyncio.wait_for(pending, self.timeout)
+            return await answer(pending, self.timeout, self.queue_timeout)
         except ServiceError:
             raise
         except Exception as exc:  # noqa: BLE001 - every Ray failure maps to a typed error
@@ -165,7 +167,7 @@ class Gateway:
     async def readiness(self) -> dict[str, str]:
         async def probe(model: str) -> str:
             try:
-                await asyncio.wait_for(self.models[model].info.remote(), 5.0)
+                await answer(self.models[model].info.remote(), 5.0, None)
                 return "ok"
             except Exception as exc:  # noqa: BLE001 - reported, not raised
                 return f"unavailable: {type(exc).__name__}"
@@ -189,7 +191,9 @@ def build_app(args: AppArgs) -> serve.Application:
         batch_wait_timeout_s=opts.batch_wait_timeout_s, num_threads=opts.num_threads,
     ) for cfg, opts in args.classifier_configs()}
     reranker = RerankDeployment.options(
-        ray_actor_options={"num_cpus": args.rerank_num_cpus}).bind(classifiers, nll) if classifiers else None
+        ray_actor_options={"num_cpus": args.rerank_num_cpus}).bind(
+            classifiers, nll, request_timeout_s=args.request_timeout_s,
+            queue_timeout_s=args.queue_timeout_s) if classifiers else None
     return Gateway.options(
         num_replicas=args.gateway_replicas, ray_actor_options={"num_cpus": args.gateway_num_cpus},
     ).bind(nll, args.model_dump(), classifiers, reranker)
