@@ -267,6 +267,9 @@ def build_app(args: AppArgs) -> serve.Application:
             queue_timeout_s=args.queue_timeout_s) if classifiers else None
     return Gateway.options(
         num_replicas=args.gateway_replicas, ray_actor_options={"num_cpus": args.gateway_num_cpus},
+        max_ongoing_requests=args.gateway_max_ongoing_requests,
+        max_queued_requests=args.gateway_max_queued_requests,
+        backpressure_config={"status_code": 503, "retry_after_s": 1.0},
     ).bind(nll, args.model_dump(), classifiers, reranker)
 
 

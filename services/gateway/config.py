@@ -73,6 +73,13 @@ class AppArgs(_Args):
         "request_timeout_s.")
     gateway_num_cpus: float = Field(0.1, gt=0)
     gateway_replicas: int = Field(1, ge=1)
+    gateway_max_ongoing_requests: int = Field(
+        256, ge=1, description="Requests one gateway replica works on at once (most of them are "
+        "waiting on a model).")
+    gateway_max_queued_requests: int = Field(
+        256, ge=-1, description="Requests Serve's proxy queues for the gateway beyond those; then the "
+        "proxy itself answers 503 with Retry-After 1 (a plain-text body: no gateway code runs). "
+        "Bounds latency when the gateway, not a model, is the bottleneck. -1: unbounded.")
     auth_token_env: str = Field("DIALSCORE_API_TOKEN",
                                 description="Env var holding the bearer token; auth is off when unset.")
 
