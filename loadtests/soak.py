@@ -18,6 +18,13 @@ Phases:
    until ``3`` in a row are answered 200: recovery time = from the end of the load to the first
    of those.
 
+Workload: requests of ``--items`` (default 16) probe-shaped items, so the model replica is the
+bottleneck. With tiny requests on a small machine the Python front end (Serve's proxy, the
+gateway) and this load generator saturate first: the generator's send lag is reported and a
+warning printed when its p99 exceeds 0.1 s (its latency figures then include its own delay). The
+gateway's own queue is bounded too (``gateway_max_queued_requests``; Serve's proxy then answers
+503 with Retry-After and a plain-text body, counted as 503 here).
+
 Reported (stdout, and JSON with ``--report``): capacity, offered rate, requests sent, status
 counts, shed rate (503 share), share of 503s carrying ``Retry-After``, p50/p90/p99/max latency of
 admitted (200) requests, RSS per process over time (first, last, max, slope in MB/min), recovery
@@ -89,6 +96,7 @@ class SoakReport:
     rss_mb: dict = field(default_factory=dict)       # process -> [[t, MB], ...]
     rss_summary: dict = field(default_factory=dict)  # process -> {first, last, max, slope_mb_per_min}
     recovery_s: float | None = None
+    send_lag_p99_s: float | None = None  # > 0.1 s: the load generator was saturated
     errors: list = field(default_factory=list)
 
     def bad(self) -> list[str]:
@@ -107,6 +115,10 @@ class SoakReport:
             f"recovery after the load stopped: {self.recovery_s:.2f} s" if self.recovery_s is not None
             else "recovery: NOT RECOVERED",
         ]
+        if self.send_lag_p99_s is not None and self.send_lag_p99_s > 0.1:
+            lines.append(f"WARNING: arrivals were sent up to {self.send_lag_p99_s:.2f} s late (p99): the "
+                         "load generator was saturated, latencies include its own delay; use "
+                         "bigger requests (--items) or a lower --factor")
         for name, s in sorted(self.rss_summary.items()):
             lines.append(f"RSS {name}: {s['first']:.0f} -> {s['last']:.0f} MB (max {s['max']:.0f}, "
                          f"slope {s['slope_mb_per_min']:+.1f} MB/min)")
@@ -128,10 +140,15 @@ async def _send(client: httpx.AsyncClient, body: dict, t0: float) -> Sample:
     start = time.monotonic()
     try:
         r = await client.post("/v1/nll", json=body)
-        err = r.json().get("error", {}).get("type") if r.status_code != 200 else None
-        return Sample(start - t0, time.monotonic() - start, r.status_code, r.headers.get("retry-after"), err)
-    except (httpx.HTTPError, ValueError) as exc:
+    except httpx.HTTPError as exc:
         return Sample(start - t0, time.monotonic() - start, -1, None, type(exc).__name__)
+    err = None
+    if r.status_code != 200:
+        try:
+            err = r.json()["error"]["type"]
+        except (ValueError, KeyError, TypeError):
+            err = "(not the JSON error shape: Serve's proxy)"
+    return Sample(start - t0, time.monotonic() - start, r.status_code, r.headers.get("retry-after"), err)
 
 
 async def measure_capacity(url: str, body: dict, seconds: float, concurrency: int,
@@ -206,12 +223,14 @@ class RSSSampler:
 
 async def overload(url: str, body: dict, rate: float, seconds: float, *, seed: int = 0,
                    timeout: float = 60.0, max_in_flight: int = 512, rss: RSSSampler | None = None,
-                   rss_every: float = 5.0) -> tuple[list[Sample], int]:
-    """Open-loop Poisson arrivals at `rate` for `seconds`; returns (samples, arrivals over the cap)."""
+                   rss_every: float = 5.0) -> tuple[list[Sample], int, float | None]:
+    """Open-loop Poisson arrivals at `rate` for `seconds`; returns (samples, arrivals over the cap,
+    p99 of how late arrivals were sent)."""
     rng = random.Random(seed)
     samples: list[Sample] = []
     capped = 0
     in_flight: set[asyncio.Task] = set()
+    lags: list[float] = []  # how late each arrival was sent: the load generator's own saturation
     async with httpx.AsyncClient(base_url=url, timeout=timeout,
                                  limits=httpx.Limits(max_connections=max_in_flight,
                                                      max_keepalive_connections=64)) as client:
@@ -225,6 +244,7 @@ async def overload(url: str, body: dict, rate: float, seconds: float, *, seed: i
             if now < next_at:
                 await asyncio.sleep(min(next_at - now, 0.05))
                 continue
+            lags.append(now - next_at)
             if len(in_flight) >= max_in_flight:
                 capped += 1
             else:
@@ -236,7 +256,7 @@ async def overload(url: str, body: dict, rate: float, seconds: float, *, seed: i
             await asyncio.wait(in_flight, timeout=timeout + 5)
         if rss is not None:
             rss.sample(time.monotonic() - t0)
-    return samples, capped
+    return samples, capped, _pct(lags, 0.99)
 
 
 async def recovery(url: str, body: dict, *, limit_s: float = 120.0, in_a_row: int = 3,
@@ -271,7 +291,7 @@ def soak(url: str, model: str, *, seconds: float, factor: float = 1.5, measure_s
     rate = factor * capacity
     echo(f"capacity {capacity:.1f} req/s (p50 {_ms(cap_p50)}); offering {rate:.1f} req/s for {seconds:.0f} s")
     rss = RSSSampler(rss_pids, app)
-    samples, capped = asyncio.run(overload(url, body, rate, seconds, seed=seed, timeout=timeout,
+    samples, capped, lag_p99 = asyncio.run(overload(url, body, rate, seconds, seed=seed, timeout=timeout,
                                            max_in_flight=max_in_flight, rss=rss, rss_every=rss_every))
     recovered = asyncio.run(recovery(url, body, timeout=timeout))
     statuses = Counter(str(s.status) for s in samples)
@@ -285,6 +305,7 @@ def soak(url: str, model: str, *, seconds: float, factor: float = 1.5, measure_s
         admitted_p50_s=_pct(admitted, 0.5), admitted_p90_s=_pct(admitted, 0.9),
         admitted_p99_s=_pct(admitted, 0.99), admitted_max_s=max(admitted) if admitted else None,
         capacity_p50_s=cap_p50, rss_mb=rss.series, rss_summary=rss.summary(), recovery_s=recovered,
+        send_lag_p99_s=lag_p99,
         errors=sorted({f"{s.status} {s.error_type} retry-after={s.retry_after}" for s in samples
                        if s.status != 200})[:20],
     )
@@ -341,7 +362,7 @@ def main(argv=None) -> int:
     p.add_argument("--factor", type=float, default=1.5, help="offered load / measured capacity (default 1.5)")
     p.add_argument("--measure-seconds", type=float, default=20.0, help="capacity measurement (default 20)")
     p.add_argument("--concurrency", type=int, default=4, help="closed-loop clients when measuring")
-    p.add_argument("--items", type=int, default=4, help="items per request (default 4)")
+    p.add_argument("--items", type=int, default=16, help="items per request (default 16)")
     p.add_argument("--timeout", type=float, default=60.0, help="client timeout per request, s")
     p.add_argument("--max-in-flight", type=int, default=512, help="cap on requests in flight")
     p.add_argument("--rss-every", type=float, default=5.0, help="RSS sampling period, s")
