@@ -105,6 +105,8 @@ def serve_args(stand_ins: Path, sharp: dict[str, Path], trained: Path):
     return AppArgs.model_validate({
         "stand_ins": str(stand_ins),
         "request_timeout_s": 60,
+        # A request no replica accepts within 3 s (e.g. while a killed replica is replaced) is a 503.
+        "queue_timeout_s": 3,
         "models": [
             {"name": "dialogpt-medium", "overrides": {"source": str(sharp["gpt2"])},
              "serving": {**one_thread, "max_ongoing_requests": 64}},
@@ -116,10 +118,15 @@ def serve_args(stand_ins: Path, sharp: dict[str, Path], trained: Path):
             {"name": "dialogpt-medium", "serve_as": "trained-gpt2", "overrides": {"source": str(trained)},
              "serving": one_thread},
             {"name": "dialogpt-medium", "serve_as": "untrained-gpt2", "serving": one_thread},
+            # Only tests/test_replica_failure.py uses it: its replica is killed mid-run.
+            {"name": "dialogpt-medium", "serve_as": "victim", "serving": one_thread},
         ],
         "classifiers": [
             {"name": "roberta-large-mnli", "overrides": {"source": str(sharp["nli-contradiction-first"])},
              "serving": one_thread},
+            # Only tests/test_replica_failure.py uses it: its replica is killed during a rerank load.
+            {"name": "roberta-large-mnli", "serve_as": "victim-nli",
+             "overrides": {"source": str(sharp["nli-contradiction-first"])}, "serving": one_thread},
         ],
     })
 

@@ -166,7 +166,7 @@ def test_health_models_metrics_and_docs(served):
     assert ready.status_code == 200 and ready.json()["ready"] is True
     models = {m["name"]: m for m in httpx.get(f"{served.url}/v1/models", timeout=30).json()["models"]}
     assert set(models) == {"dialogpt-medium", "bart-base", "tiny-queue", "trained-gpt2", "untrained-gpt2",
-                           "roberta-large-mnli"}
+                           "victim", "roberta-large-mnli", "victim-nli"}
     assert models["roberta-large-mnli"]["family"] == "classifier"
     assert models["bart-base"]["family"] == "seq2seq" and models["dialogpt-medium"]["stand_in"] is True
     for key in ("name", "family", "source", "revision", "max_length", "dtype", "device", "stand_in"):

@@ -311,20 +311,56 @@ def format_tables(groups: Sequence[GroupMetrics], models: Mapping[str, Mapping[s
 
 # ----------------------------------------------------------------------------------- files
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write a file so that readers see the old content or the new, never a mix."""
+_replace = os.replace  # the one step that publishes a file (tests simulate a crash before it)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write a file so that readers see the old content or the new, never a mix: a temporary
+    file beside it (``.NAME.*.tmp``), fsynced, renamed over it, and the folder fsynced. A process
+    killed midway leaves at most the temporary file, which the next :func:`write_outputs` removes."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; reports are meant to be shared
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        _replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    try:  # the rename itself survives a power cut only once the folder is synced
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """:func:`atomic_write_bytes` of UTF-8 text (newlines written as given)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _save_figure(fig, path: str | Path) -> None:
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format=Path(path).suffix.lstrip(".") or "png")
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def remove_stale_temporaries(out_dir: str | Path, names: Iterable[str]) -> list[Path]:
+    """Delete the ``.NAME.*.tmp`` files an earlier, killed run left behind for `names`."""
+    removed = []
+    for name in names:
+        for tmp in Path(out_dir).glob(f".{name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
 
 
 def _csv(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> str:
@@ -343,6 +379,7 @@ def write_outputs(report: Report, out_dir: str | Path, *, plots: bool = True) ->
     files = {"pairs_csv": out / "pairs.csv", "pairs_jsonl": out / "pairs.jsonl",
              "summary_csv": out / "summary.csv", "report_json": out / "report.json",
              "tables": out / "tables.txt"}
+    remove_stale_temporaries(out, [p.name for p in files.values()] + ["corruptions.png", "models.png"])
     pair_rows = [p.to_dict() for p in report.pairs]
     atomic_write_text(files["pairs_csv"], _csv(pair_rows, PAIR_COLUMNS))
     atomic_write_text(files["pairs_jsonl"], "".join(
@@ -406,7 +443,7 @@ def plot_corruptions(groups: Sequence[GroupMetrics], path: str | Path,
                   for n in names}
         _bars(ax, [f"{c}\n({CATEGORY[c]})" for c in CORRUPTIONS], series, f"{setting}: by corruption")
     axes[0][0].legend(fontsize=7)
-    fig.savefig(path, dpi=110)
+    _save_figure(fig, path)
 
 
 def plot_models(groups: Sequence[GroupMetrics], path: str | Path,
@@ -424,5 +461,5 @@ def plot_models(groups: Sequence[GroupMetrics], path: str | Path,
                       for n in names}
             _bars(axes[r][c], datasets, series, f"{setting}, {cat} corruptions")
     axes[0][0].legend(fontsize=7)
-    fig.savefig(path, dpi=110)
+    _save_figure(fig, path)
 

@@ -8,10 +8,11 @@ from fastapi import APIRouter, Response
 from services import metrics
 from services.contradiction.protocol import ContradictionRequest, ContradictionResponse
 from services.errors import ServiceError, error_responses
+from services.gateway.jsonbody import StrictJSONRoute
 
 
 def build_router(gw) -> APIRouter:
-    router = APIRouter()
+    router = APIRouter(route_class=StrictJSONRoute)
 
     @router.post("/v1/contradiction", response_model=ContradictionResponse,
                  summary="Does the last turn of each dialogue contradict its speaker's earlier turns?",

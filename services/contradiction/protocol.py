@@ -14,9 +14,9 @@ from services.contradiction.engine import (
     DEFAULT_THRESHOLD, DetectionJob, DetectionResult, Evidence, Turn,
 )
 from services.errors import ServiceError
-from services.schema import APIModel, Limits, Text
+from services.schema import APIModel, Limits, Text, limited
 
-Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 SpeakerIn = Annotated[int | str, Field(
     description="Who said the turn: any string or integer (1 and \"1\" are different speakers).")]
 TurnIdIn = Annotated[int | str, Field(description="A turn id, unique within its dialogue.")]
@@ -48,7 +48,7 @@ def unique_turn_ids(turns: Sequence[TurnIn], field: str = "turns") -> None:
 
 
 class DialogueIn(APIModel):
-    turns: Annotated[list[TurnIn], Field(min_length=1)] = Field(
+    turns: Annotated[list[TurnIn], Field(min_length=1), limited("max_turns")] = Field(
         description="The dialogue, oldest turn first; the last turn is the one tested.")
 
     @field_validator("turns")
@@ -74,7 +74,7 @@ class ContradictionRequest(APIModel):
     evidence_threshold: Probability | None = Field(
         None, description="A turn is evidence when its pair probability > evidence_threshold "
         "(default: threshold).")
-    dialogues: Annotated[list[DialogueIn], Field(min_length=1)] = Field(
+    dialogues: Annotated[list[DialogueIn], Field(min_length=1), limited("max_dialogues")] = Field(
         description="Dialogues to test; results come back in the same order.")
 
     def to_job(self) -> DetectionJob:

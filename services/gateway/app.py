@@ -17,16 +17,18 @@ import time
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from services import metrics
-from services.errors import ServiceError
+from services.errors import ServiceError, error_responses
 from services.gateway import errors as gw_errors
 from services.gateway.config import AppArgs
-from services.gateway.limits import BodySizeLimit
+from services.gateway.deadline import answer
+from services.gateway.limits import BodySizeLimit, document_limits
 from services.nll.deployment import NLLDeployment
 
 logger = logging.getLogger("dialscore.gateway")
@@ -41,6 +43,33 @@ def read_token(env_var: str) -> str | None:
         with open(value[5:], encoding="utf-8") as fh:
             value = fh.read().strip()
     return value or None
+
+
+class Health(BaseModel):
+    status: str = Field(description="Always `ok`: the gateway process answers.")
+
+
+class Readiness(BaseModel):
+    ready: bool = Field(description="True when every model deployment answered.")
+    deployments: dict[str, str] = Field(description="Per model: `ok` or `unavailable: <reason>`.")
+
+
+class ModelCard(BaseModel):
+    """One served model's provenance (classifiers add `labels` and `contradiction_index`)."""
+
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+    name: str
+    family: str = Field(description="causal, seq2seq or classifier.")
+    source: str | None = Field(None, description="The checkpoint: hub id or path.")
+    revision: str | None = None
+    max_length: int | None = None
+    dtype: str | None = None
+    device: str | None = None
+    stand_in: bool = Field(description="True when the model is a random-weight stand-in.")
+
+
+class ModelList(BaseModel):
+    models: list[ModelCard]
 
 
 def create_app(gw: "Gateway") -> FastAPI:
@@ -59,7 +88,7 @@ def create_app(gw: "Gateway") -> FastAPI:
     async def observe(request: Request, call_next):
         """Authorise (when a token is set), then count and time every request."""
         start = time.perf_counter()
-        path = request.url.path
+        path = app_path(request.scope)
         if gw.token and path not in PUBLIC_PATHS and \
                 request.headers.get("authorization") != f"Bearer {gw.token}":
             response: Response = gw_errors.error_response(
@@ -73,21 +102,27 @@ def create_app(gw: "Gateway") -> FastAPI:
             metrics.ERRORS.labels(endpoint, response.headers["x-error-type"]).inc()
         return response
 
-    @app.get("/healthz", summary="The gateway process is alive.")
+    @app.get("/healthz", summary="The gateway process is alive.", response_model=Health)
     async def healthz() -> dict:
         return {"status": "ok"}
 
-    @app.get("/readyz", summary="Every model deployment answers (503 otherwise).")
+    @app.get("/readyz", summary="Every model deployment answers (503 otherwise).", response_model=None,
+             responses={200: {"model": Readiness, "description": "Ready."},
+                        503: {"model": Readiness, "description": "A model deployment did not answer."}})
     async def readyz() -> JSONResponse:
         status = await gw.readiness()
         ready = all(v == "ok" for v in status.values())
         return JSONResponse({"ready": ready, "deployments": status}, status_code=200 if ready else 503)
 
-    @app.get("/metrics", summary="Prometheus metrics (text format).")
+    @app.get("/metrics", summary="Prometheus metrics (text format).", response_class=PlainTextResponse)
     async def prometheus() -> Response:
         return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/v1/models", summary="The models this deployment serves, with provenance.")
+    # Documented, not validated on the way out: a card field of an unexpected type must not
+    # turn GET /v1/models into a 500.
+    @app.get("/v1/models", summary="The models this deployment serves, with provenance.",
+             response_model=None, responses={200: {"model": ModelList, "description": "The models."},
+                                             **error_responses("overloaded", "timeout", "model_error")})
     async def models() -> dict:
         return {"models": list(await asyncio.gather(*(gw.card(m) for m in gw.models)))}
 
@@ -95,10 +130,47 @@ def create_app(gw: "Gateway") -> FastAPI:
     if gw.classifiers:
         app.include_router(contradiction_router(gw))
         app.include_router(rerank_router(gw))
+    install_openapi(app, gw)
     # Metric labels are limited to documented routes (included routers do not list their
     # routes in app.routes, the OpenAPI schema does).
     known_paths = set(app.openapi()["paths"])
     return app
+
+
+def app_path(scope) -> str:
+    """The request path inside this app (without the route prefix it is served under)."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root):] or "/"
+    return path
+
+
+def install_openapi(app: FastAPI, gw: "Gateway") -> None:
+    """The OpenAPI document says what the service really does: this deployment's limits
+    (services/gateway/limits.py:document_limits), and the 401 of every guarded route when auth
+    is on. Auth state and limits are per deployment, so the document is built per replica."""
+    base = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            spec = document_limits(base(), gw.limits)
+            if gw.token:
+                spec.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
+                    "type": "http", "scheme": "bearer"}
+                for path, item in spec.get("paths", {}).items():
+                    if path in PUBLIC_PATHS:
+                        continue
+                    for op in item.values():
+                        op.setdefault("security", [{"bearer": []}])
+                        op.setdefault("responses", {})["401"] = {
+                            "description": "unauthorized: missing or wrong bearer token",
+                            # ErrorResponse is in the document: every POST route answers it.
+                            "content": {"application/json": {"schema": {
+                                "$ref": "#/components/schemas/ErrorResponse"}}}}
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = openapi
 
 
 @serve.deployment(name="gateway", max_ongoing_requests=256)
@@ -116,6 +188,7 @@ class Gateway:
         self.reranker = reranker
         self.limits = self.args.limits
         self.timeout = self.args.request_timeout_s
+        self.queue_timeout = self.args.queue_timeout_s
         self.token = read_token(self.args.auth_token_env)
         self._cards: dict[str, dict] = {}
 
@@ -148,7 +221,7 @@ class Gateway:
     async def _guarded(self, label: str, pending):
         metrics.IN_FLIGHT.labels(label).inc()
         try:
-            return await asyncio.wait_for(pending, self.timeout)
+            return await answer(pending, self.timeout, self.queue_timeout)
         except ServiceError:
             raise
         except Exception as exc:  # noqa: BLE001 - every Ray failure maps to a typed error
@@ -165,7 +238,7 @@ class Gateway:
     async def readiness(self) -> dict[str, str]:
         async def probe(model: str) -> str:
             try:
-                await asyncio.wait_for(self.models[model].info.remote(), 5.0)
+                await answer(self.models[model].info.remote(), 5.0, None)
                 return "ok"
             except Exception as exc:  # noqa: BLE001 - reported, not raised
                 return f"unavailable: {type(exc).__name__}"
@@ -189,9 +262,14 @@ def build_app(args: AppArgs) -> serve.Application:
         batch_wait_timeout_s=opts.batch_wait_timeout_s, num_threads=opts.num_threads,
     ) for cfg, opts in args.classifier_configs()}
     reranker = RerankDeployment.options(
-        ray_actor_options={"num_cpus": args.rerank_num_cpus}).bind(classifiers, nll) if classifiers else None
+        ray_actor_options={"num_cpus": args.rerank_num_cpus}).bind(
+            classifiers, nll, request_timeout_s=args.request_timeout_s,
+            queue_timeout_s=args.queue_timeout_s) if classifiers else None
     return Gateway.options(
         num_replicas=args.gateway_replicas, ray_actor_options={"num_cpus": args.gateway_num_cpus},
+        max_ongoing_requests=args.gateway_max_ongoing_requests,
+        max_queued_requests=args.gateway_max_queued_requests,
+        backpressure_config={"status_code": 503, "retry_after_s": 1.0},
     ).bind(nll, args.model_dump(), classifiers, reranker)
 
 

@@ -66,8 +66,20 @@ class AppArgs(_Args):
     rerank_num_cpus: float = Field(0.1, gt=0, description="CPUs of the (model-less) rerank deployment.")
     limits: Limits = Field(default_factory=Limits)
     request_timeout_s: float = Field(60.0, gt=0, description="Deadline of one request; then 408.")
+    queue_timeout_s: float | None = Field(
+        10.0, gt=0, description="Longest a request waits for a model replica to accept it (queued "
+        "behind others, or while a crashed replica is being replaced); then 503 `overloaded` with "
+        "Retry-After, so callers back off instead of holding connections. null: wait until "
+        "request_timeout_s.")
     gateway_num_cpus: float = Field(0.1, gt=0)
     gateway_replicas: int = Field(1, ge=1)
+    gateway_max_ongoing_requests: int = Field(
+        256, ge=1, description="Requests one gateway replica works on at once (most of them are "
+        "waiting on a model).")
+    gateway_max_queued_requests: int = Field(
+        256, ge=-1, description="Requests Serve's proxy queues for the gateway beyond those; then the "
+        "proxy itself answers 503 with Retry-After 1 (a plain-text body: no gateway code runs). "
+        "Bounds latency when the gateway, not a model, is the bottleneck. -1: unbounded.")
     auth_token_env: str = Field("DIALSCORE_API_TOKEN",
                                 description="Env var holding the bearer token; auth is off when unset.")
 

@@ -51,15 +51,21 @@ def from_validation(exc: RequestValidationError) -> ServiceError:
 def from_ray(exc: BaseException) -> ServiceError:
     """Errors raised by a deployment handle: backpressure, dead replicas, timeouts."""
     from ray import exceptions as ray_exc
-    from ray.serve.exceptions import BackPressureError, RequestCancelledError
+    from ray.serve.exceptions import (
+        BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError, RequestCancelledError,
+    )
 
     if isinstance(exc, BackPressureError):
         return ServiceError("overloaded", "the model's queue is full; retry later", retry_after=1.0)
     if isinstance(exc, (TimeoutError, RequestCancelledError)):
         return ServiceError("timeout", "the request did not finish within the server's deadline")
-    if isinstance(exc, (ray_exc.RayActorError, ray_exc.ActorDiedError, ray_exc.ActorUnavailableError)):
+    if isinstance(exc, (ray_exc.RayActorError, ray_exc.ActorDiedError, ray_exc.ActorUnavailableError,
+                        ReplicaUnavailableError)):
         return ServiceError("model_error", "the model replica failed or is restarting; retry",
                             retry_after=2.0)
+    if isinstance(exc, DeploymentUnavailableError):
+        return ServiceError("model_error", "the model deployment is unavailable (it failed to "
+                            "deploy); retry later", retry_after=10.0)
     logger.exception("model deployment failed", exc_info=exc)
     return ServiceError("model_error", f"the model deployment failed: {type(exc).__name__}",
                         retry_after=2.0)
@@ -81,8 +87,10 @@ def install(app) -> None:
         if exc.status_code == 404:
             return error_response(ServiceError("not_found", "no such route"))
         if exc.status_code == 405:
+            # The one status outside the table: HTTP requires 405 (with `Allow`) for a known path
+            # and a wrong method; the body is an ordinary invalid_request.
             return JSONResponse(ServiceError("invalid_request", str(exc.detail)).body(), status_code=405,
-                                headers={"x-error-type": "invalid_request"})
+                                headers={**(exc.headers or {}), "x-error-type": "invalid_request"})
         return error_response(ServiceError("invalid_request", str(exc.detail)))
 
     @app.exception_handler(Exception)

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Response
 
 from services import metrics
 from services.errors import ServiceError, error_responses
+from services.gateway.jsonbody import StrictJSONRoute
 from services.gateway.limits import check_nll_limits
 from services.nll.deployment import ScoreReply
 from services.nll.protocol import NLLRequest, NLLResponse, NLLResultOut, Usage
@@ -14,7 +15,7 @@ from services.nll.protocol import NLLRequest, NLLResponse, NLLResultOut, Usage
 
 def build_router(gw) -> APIRouter:
     """Routes bound to a :class:`~services.gateway.app.Gateway` instance `gw`."""
-    router = APIRouter()
+    router = APIRouter(route_class=StrictJSONRoute)
 
     @router.post("/v1/nll", response_model=NLLResponse,
                  summary="Per-token NLL of each target given its context.",

@@ -7,13 +7,13 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from services.nll.engine import NLLItem
-from services.schema import APIModel, Text
+from services.schema import APIModel, Text, limited
 
 
 class NLLItemIn(APIModel):
     """Either dialogue turns (`context`, optional `knowledge`) or a raw `source`, and a `target`."""
 
-    context: list[Text] | None = Field(
+    context: Annotated[list[Text], limited("max_turns")] | None = Field(
         None, description="Dialogue turns, oldest first; formatted with the model's dialogue format. "
         "May be empty.")
     knowledge: Text | None = Field(
@@ -49,7 +49,7 @@ class NLLItemIn(APIModel):
 
 class NLLRequest(APIModel):
     model: str = Field(description="A model name from GET /v1/models.")
-    items: Annotated[list[NLLItemIn], Field(min_length=1)] = Field(
+    items: Annotated[list[NLLItemIn], Field(min_length=1), limited("max_items")] = Field(
         description="What to score; results come back in the same order.")
     return_tokens: bool = Field(False, description="Also return per-token NLLs and the target tokens.")
 

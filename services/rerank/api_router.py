@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from services.errors import ServiceError, error_responses
+from services.gateway.jsonbody import StrictJSONRoute
 from services.rerank.protocol import (
     RerankRequest, RerankResponse, TEIRerankRequest, TEIRerankResponse, tei_results,
 )
@@ -18,7 +19,7 @@ ERRORS = error_responses("invalid_request", "unknown_model", "payload_too_large"
 
 
 def build_router(gw) -> APIRouter:
-    router = APIRouter()
+    router = APIRouter(route_class=StrictJSONRoute)
 
     async def run(context, candidates, kwargs: dict[str, Any], model: str | None, nll_model: str | None):
         detector = gw.resolve(model, "classifier", "model")

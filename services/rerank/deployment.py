@@ -14,6 +14,9 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from services.contradiction.engine import DetectionJob, DetectionResult, Turn
+from services.errors import ServiceError
+from services.gateway.deadline import answer
+from services.gateway.errors import from_ray
 from services.nll.engine import NLLItem, ScoringInputError
 from services.rerank.engine import Reranker, RerankOutput
 
@@ -36,9 +39,13 @@ class RerankReply:
 class RerankDeployment:
     """Methods: `rerank`, `info`."""
 
-    def __init__(self, detectors: dict[str, DeploymentHandle], nll: dict[str, DeploymentHandle]):
+    def __init__(self, detectors: dict[str, DeploymentHandle], nll: dict[str, DeploymentHandle],
+                 request_timeout_s: float = 60.0, queue_timeout_s: float | None = None):
         self.detectors = detectors
         self.nll = nll
+        # The detector/NLL calls get the gateway's deadlines: a dead detector is a prompt 503.
+        self.timeout = request_timeout_s
+        self.queue_timeout = queue_timeout_s
 
     def info(self) -> dict[str, Any]:
         return {"detectors": sorted(self.detectors), "nll_models": sorted(self.nll)}
@@ -49,14 +56,14 @@ class RerankDeployment:
         detector = self.detectors[model]
 
         async def detect(job: DetectionJob) -> list[DetectionResult]:
-            reply = await detector.detect.remote(job)
+            reply = await answer(detector.detect.remote(job), self.timeout, self.queue_timeout)
             if reply.error:
                 raise _Upstream(reply.error)
             return reply.results
 
         async def nll(context_texts: list[str], cands: list[str]) -> list[float]:
             items = [NLLItem(target=c, context=tuple(context_texts)) for c in cands]
-            reply = await self.nll[nll_model].score.remote(items)
+            reply = await answer(self.nll[nll_model].score.remote(items), self.timeout, self.queue_timeout)
             if reply.error:
                 # The NLL engine names `items[k].target`; for the caller that is `candidates[k]`.
                 param = (reply.error.get("param") or "").replace("items[", "candidates[").replace("].target", "]")
@@ -68,6 +75,15 @@ class RerankDeployment:
                                                  **kwargs)
         except _Upstream as exc:
             return RerankReply(error=exc.error)
+        except ServiceError as exc:  # a detector/NLL replica did not accept the call in time
+            return RerankReply(error={"type": exc.type, "message": exc.message, "param": exc.param,
+                                      "retry_after": exc.retry_after})
         except ScoringInputError as exc:
             return RerankReply(error={"type": "invalid_request", "message": str(exc), "param": exc.param})
+        except Exception as exc:  # noqa: BLE001 - Ray errors of the detector/NLL handles
+            # A full detector queue is a 503 and a dead detector replica a 424, as when the
+            # gateway calls a model itself (not "the rerank deployment failed").
+            err = from_ray(exc)
+            return RerankReply(error={"type": err.type, "message": err.message, "param": err.param,
+                                      "retry_after": err.retry_after})
         return RerankReply(output=out)

@@ -28,9 +28,11 @@ from services.rerank.engine import (
     DEFAULT_CONTRADICTION_WEIGHT, DEFAULT_NLL_WEIGHT, QUERY_CANDIDATE_SPEAKER, RerankOutput, RerankResult, RerankWeights,
     query_context,
 )
-from services.schema import APIModel, Limits, Text
+from services.schema import APIModel, Limits, Text, UnlimitedText, limited
 
-Weight = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+#: A weight of the combined score. Bounded so the score stays a finite number (1e308 x an NLL
+#: would overflow to -inf, which JSON cannot carry).
+Weight = Annotated[float, Field(ge=0.0, le=1e6, allow_inf_nan=False)]
 
 
 class RerankWeightsIn(APIModel):
@@ -49,10 +51,10 @@ class RerankWeightsIn(APIModel):
 class RerankRequest(APIModel):
     model: str | None = Field(
         None, description="The contradiction classifier (default: the deployment's detector).")
-    context: list[TurnIn] = Field(
+    context: Annotated[list[TurnIn], limited("max_turns")] = Field(
         description="The dialogue so far, oldest first (may be empty). Turn ids default to "
         "positions; evidence names them.")
-    candidates: Annotated[list[Text], Field(min_length=1)] = Field(
+    candidates: Annotated[list[Text], Field(min_length=1), limited("max_candidates")] = Field(
         description="Candidate next replies; results name them by index.")
     speaker: SpeakerIn | None = Field(
         None, description="Who says the candidates. Default: the most recent context speaker "
@@ -149,9 +151,12 @@ class RerankResponse(APIModel):
 class TEIRerankRequest(APIModel):
     """What text-embeddings-inference's POST /rerank accepts (plus an optional `model`)."""
 
-    query: Text = Field(description="The dialogue so far, one turn per line; the last line is the "
-                        "turn just before the candidate (blank lines are dropped).")
-    texts: Annotated[list[Text], Field(min_length=1)] = Field(description="Candidate replies.")
+    query: Annotated[UnlimitedText, limited("max_turns", "max_text_chars")] = Field(
+        description="The dialogue so far, one turn per line; the last line is the turn just before "
+        "the candidate (blank lines are dropped). Limits apply per line: at most `max_turns` "
+        "non-blank lines, each at most `max_text_chars` characters (413 naming `query`).")
+    texts: Annotated[list[Text], Field(min_length=1), limited("max_candidates")] = Field(
+        description="Candidate replies.")
     raw_scores: bool = Field(False, description="true: score = -contradiction_probability; "
                              "false: 1 - contradiction_probability.")
     return_text: bool = Field(False, description="Include each candidate's text.")

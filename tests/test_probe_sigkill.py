@@ -1,0 +1,111 @@
+"""Client-side durability: `dialscore probe` killed with SIGKILL mid-run (a real subprocess against the
+real app) resumes from its output folder with no duplicated or missing rows, no half-written file
+and no stale temporary file; report files are only ever replaced whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from clients.client import DialscoreClient
+from clients.probes.data import load_dialogues
+from clients.probes.report import write_outputs
+from clients.probes.run import SCORES_FILE, ScoreStore, plan_probes
+
+pytestmark = pytest.mark.serve
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "examples" / "cedar_sample.jsonl"
+REPORT_FILES = ("pairs.csv", "pairs.jsonl", "summary.csv", "report.json", "tables.txt")
+
+
+def _probe(url: str, out: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "clients.cli", "probe", "--url", url, "--data", str(SAMPLE),
+           "--models", "untrained-gpt2", "--settings", "attribution", "--out", str(out),
+           "--chunk-size", "8", "--concurrency", "2", "--bootstrap", "50", "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8", errors="replace").splitlines() if path.exists() else []
+
+
+def test_sigkill_mid_run_then_resume_scores_every_item_once(served, tmp_path):
+    out = tmp_path / "run"
+    with DialscoreClient(served.url) as client:
+        info = next(m for m in client.models() if m.name == "untrained-gpt2")
+    plan = plan_probes(load_dialogues(SAMPLE), [info], ["attribution"], seed=0)
+    scores = out / SCORES_FILE
+
+    # 1. Start, and SIGKILL once some chunks are stored but far from all.
+    proc = _probe(served.url, out)
+    deadline = time.monotonic() + 120
+    while len(_lines(scores)) < 48 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, f"the run ended before it could be killed: {proc.stdout.read().decode()[-2000:]}"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    proc.stdout.close()
+    stored = ScoreStore(scores).load()
+    assert 0 < len(stored) < len(plan.items), (len(stored), len(plan.items))
+    assert not any((out / name).exists() for name in REPORT_FILES), "a report before the scores were complete"
+
+    # 2. Resume: only the missing items are sent; the run completes.
+    proc = _probe(served.url, out)
+    log = proc.communicate(timeout=300)[0].decode()
+    assert proc.returncode == 0, log[-3000:]
+
+    rows = [json.loads(line) for line in _lines(scores) if line.strip().startswith("{") and line.rstrip().endswith("}")]
+    ids = [r["id"] for r in rows]
+    assert len(ids) == len(set(ids)) == len(plan.items), (len(ids), len(set(ids)), len(plan.items))
+    assert set(ids) == set(plan.items)
+    report = json.loads((out / "report.json").read_text())
+    assert report["config"]["items_reused"] == len(stored)
+    assert report["config"]["items_scored_now"] == len(plan.items) - len(stored)
+    pairs = [json.loads(line)["pair_id"] for line in _lines(out / "pairs.jsonl")]
+    assert len(pairs) == len(set(pairs)) == len(plan.pairs)
+    for name in REPORT_FILES:
+        assert (out / name).stat().st_size > 0
+    assert (out / "corruptions.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(out.glob(".*.tmp")), list(out.glob(".*.tmp"))
+    print(f"\nSIGKILL resume: killed with {len(stored)}/{len(plan.items)} items stored "
+          f"({report['config']['torn_score_lines_ignored']} torn line(s) ignored), resumed and scored "
+          f"{len(plan.items) - len(stored)} more; {len(plan.pairs)} pairs, 0 duplicated, 0 missing")
+
+
+def test_report_files_are_replaced_whole_or_not_at_all(served, tmp_path, monkeypatch):
+    """A crash between writing a report file and renaming it over the old one (simulated: the
+    rename fails) leaves the old file intact; the next write removes the temporary files."""
+    from clients.client import DialscoreClient as Client
+    from clients.probes.run import run_probes
+
+    with Client(served.url) as client:
+        report = run_probes(client, load_dialogues(SAMPLE)[:4], ["untrained-gpt2"], ["attribution"],
+                            out_dir=tmp_path, progress=False, plots=True, n_boot=20)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != SCORES_FILE}
+    assert set(before) >= set(REPORT_FILES) | {"corruptions.png", "models.png"}
+
+    import clients.probes.report as report_module
+
+    def crash(src, dst):
+        raise OSError("simulated crash before the rename")
+
+    monkeypatch.setattr(report_module, "_replace", crash)
+    report.pairs = report.pairs[:1]  # the new content would differ
+    with pytest.raises(OSError):
+        write_outputs(report, tmp_path, plots=True)
+    monkeypatch.undo()
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name in before}
+    assert after == before
+    # A SIGKILL leaves its temporary file behind: the next write cleans it up.
+    (tmp_path / ".pairs.csv.abc123.tmp").write_text("half a fi")
+    write_outputs(report, tmp_path, plots=False)
+    assert not list(tmp_path.glob(".*.tmp"))
