@@ -39,6 +39,10 @@ class ServingOptions(_Args):
                                         description="How long a batch waits to fill.")
     token_budget: int = Field(4096, ge=16, description="Padded tokens per forward pass.")
     num_threads: int | None = Field(None, ge=1, description="torch threads (default: the replica's CPUs).")
+    prefix_reuse: bool = Field(
+        True, description="NLL models: compute shared work once per engine call (decoder-only: a "
+        "shared token prefix and its key/value cache; encoder-decoder: each distinct source). Same "
+        "numbers either way; off only to measure it.")
 
 
 class ModelEntry(_Args):
