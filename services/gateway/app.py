@@ -182,7 +182,7 @@ def build_app(args: AppArgs) -> serve.Application:
     nll = {cfg.name: NLLDeployment.options(**_options(f"nll-{cfg.name}", opts)).bind(
         cfg.model_dump(), token_budget=opts.token_budget, max_batch_tokens=opts.max_batch_tokens,
         batch_wait_timeout_s=opts.batch_wait_timeout_s, num_threads=opts.num_threads,
-        prefix_reuse=opts.prefix_reuse,
+        prefix_reuse=opts.prefix_reuse, fast_kernels=opts.fast_kernels,
     ) for cfg, opts in args.model_configs()}
     classifiers = {cfg.name: ContradictionDeployment.options(**_options(f"nli-{cfg.name}", opts)).bind(
         cfg.model_dump(), token_budget=opts.token_budget,

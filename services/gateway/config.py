@@ -43,6 +43,10 @@ class ServingOptions(_Args):
         True, description="NLL models: compute shared work once per engine call (decoder-only: a "
         "shared token prefix and its key/value cache; encoder-decoder: each distinct source). Same "
         "numbers either way; off only to measure it.")
+    fast_kernels: bool = Field(
+        True, description="NLL models: run float32 linear layers through oneDNN and GPT-2's GELU as "
+        "one fused kernel (services/nll/kernels.py; same numbers to float rounding). Off: stock "
+        "PyTorch kernels.")
 
 
 class ModelEntry(_Args):
