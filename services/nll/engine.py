@@ -312,6 +312,10 @@ class NLLEngine:
         """Score already encoded items in token-budget batches; results keep the input order."""
         import torch
 
+        # OpenMP's thread count is a per-thread setting: the served path calls this method from
+        # asyncio.to_thread workers, which otherwise inherit OMP_NUM_THREADS (Ray sets it to the
+        # replica's num_cpus, 1 for fractional CPUs) and would run MKL/oneDNN on one thread.
+        torch.set_num_threads(self.threads)
         stats = BatchStats(items=len(encoded))
         results: list[NLLResult | None] = [None] * len(encoded)
         causal = self.config.family == "causal"
@@ -486,7 +490,9 @@ class NLLEngine:
         stats.shared_items += sum(len(g.items) for g in unit)
         stats.shared_prefix_tokens += sum(g.length for g in unit)
         mask = mask.to(device)
-        out = self.model.base_model(input_ids=ids.to(device), attention_mask=mask, use_cache=True)
+        # Right-padded prefixes: no padding mask needed (see _forward_causal); the continuation
+        # passes below mask the prefix padding, which there lies before real positions.
+        out = self.model.base_model(input_ids=ids.to(device), attention_mask=None, use_cache=True)
 
         # Targets predicted from inside the prefix; the rest continue below.
         order = [i for g in unit for i in g.items]
@@ -613,8 +619,11 @@ class NLLEngine:
         stats.real_tokens += sum(r.cost for r in rows)
         stats.padded_tokens += ids.numel()
         stats.forward_passes += 1
+        # Right padding under causal attention: a real position attends only to earlier positions,
+        # all real, so the padding mask changes nothing a scored position sees; without it the
+        # attention runs the fused causal kernel instead of a masked one.
         hidden = self.model.base_model(
-            input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False
+            input_ids=ids.to(device), attention_mask=None, use_cache=False
         ).last_hidden_state
         sel = hidden[torch.tensor(gather_rows, device=device), torch.tensor(gather_cols, device=device)]
         flat = self._project_logprobs(sel, torch.tensor(targets, device=device))

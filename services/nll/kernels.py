@@ -7,8 +7,9 @@ AVX-512; loadtests/bench_precision.py and BENCHMARKS.md have the figures):
   AMD CPU reaches about 220 GFLOP/s on two threads; oneDNN, bundled with the same PyTorch wheel,
   runs the same product at about 480 GFLOP/s. Every float32 linear layer of the model (GPT-2's
   ``Conv1D``, ``nn.Linear`` elsewhere) is routed through oneDNN's ``linear`` op
-  (``torch.ops.mkldnn._linear_pointwise``), reading the module's own weight (a transposed view
-  for ``Conv1D``: no copy, ``state_dict`` unchanged). bf16 products already use oneDNN in PyTorch.
+  (``torch.ops.mkldnn._linear_pointwise``), reading the module's own weight (``Conv1D`` weights are
+  stored column-major so that the [out, in] matrix oneDNN reads is contiguous: no copy kept,
+  ``state_dict`` unchanged). bf16 products already use oneDNN in PyTorch.
 * **GPT-2's GELU** (``gelu_new``) is written as five tensor operations, each a pass over the
   4 × width MLP activations (about 20% of a DialoGPT-medium forward pass). It is replaced by the same
   tanh formula in one kernel, fused into the preceding matrix product when oneDNN is used.
@@ -71,6 +72,16 @@ def _patch_linear(module, *, transposed: bool, gelu: bool) -> None:
     module._dialscore_stock_forward = stock
 
 
+def _relayout(conv) -> None:
+    """Store a ``Conv1D`` weight ([in, out]) column-major, so that its transpose, the [out, in]
+    matrix oneDNN reads, is contiguous (2-7% faster than a strided view on this CPU). Same shape,
+    same values, same memory: the stock forward and ``state_dict`` are unaffected."""
+    w = conv.weight
+    if w.t().is_contiguous():
+        return
+    w.data = w.data.t().contiguous().t()
+
+
 def _unpatch(module) -> None:
     module.forward = module._dialscore_stock_forward
     del module._dialscore_stock_forward
@@ -116,6 +127,7 @@ def optimize(model, *, onednn: bool = True, fuse_gelu: bool = True) -> dict[str,
             if (use_onednn and isinstance(fc, Conv1D) and fc.weight.dtype == torch.float32
                     and fc.weight.device.type == "cpu" and name == "act"
                     and not hasattr(fc, "_dialscore_stock_forward")):
+                _relayout(fc)
                 _patch_linear(fc, transposed=True, gelu=True)
                 if check(fc, fc.weight.shape[0], gelu=True):
                     setattr(module, name, torch.nn.Identity())
@@ -132,6 +144,7 @@ def optimize(model, *, onednn: bool = True, fuse_gelu: bool = True) -> dict[str,
                 continue
             if isinstance(module, Conv1D):
                 transposed, in_features = True, module.weight.shape[0]
+                _relayout(module)
             elif type(module) is torch.nn.Linear:
                 transposed, in_features = False, module.in_features
             else:
