@@ -156,15 +156,15 @@ def probe_items(why: str, dialogues: int | None):
 
 
 def mutual_items(limit: int | None):
-    from clients.evals.mutual import parse_article, read_mutual, split_speaker
+    from clients.evals.mutual import read_mutual
     from services.nll.engine import NLLItem
 
     insts = read_mutual(MUTUAL_DEV)[:limit]
     items, gold = [], []
     for inst in insts:
-        ctx = tuple(t.text for t in parse_article(inst.article))
-        items += [NLLItem(context=ctx, target=split_speaker(o)[1]) for o in inst.options]
-        gold.append("ABCD".index(inst.answers) if inst.answers else None)
+        ctx = tuple(t.text for t in inst.context)
+        items += [NLLItem(context=ctx, target=inst.option_turn(j).text) for j in range(4)]
+        gold.append(inst.answer)
     return items, gold
 
 
@@ -240,6 +240,7 @@ def main(argv=None) -> int:
                 what = f"CEDAR {task}: valid < corrupted"
             agree = statistics.fmean(x == y for x, y in zip(d32, d16))
             row = {"model": name, "task": what, "decisions": len(d32), "agreement": agree,
+                   "flips": sum(x != y for x, y in zip(d32, d16)),
                    "fp32_accuracy": acc(d32), "bf16_accuracy": acc(d16),
                    "mean_abs_dnll": statistics.fmean(diffs), "max_abs_dnll": max(diffs),
                    "items": len(a), "fp32_s": seconds[task]["float32"], "bf16_s": seconds[task]["bfloat16"],
@@ -248,11 +249,11 @@ def main(argv=None) -> int:
             report["agreement"].append(row)
 
     print(f"\nbf16 vs float32 decisions (engine in-process; safe = agreement >= {SAFE:.0%})")
-    hdr = (f"  {'model':14s} {'task':36s} {'n':>5s} {'agree':>7s} {'acc32':>6s} {'acc16':>6s} "
+    hdr = (f"  {'model':14s} {'task':36s} {'n':>5s} {'flips':>5s} {'agree':>8s} {'acc32':>6s} {'acc16':>6s} "
            f"{'mean|dNLL|':>10s} {'max|dNLL|':>9s} {'s fp32':>7s} {'s bf16':>7s}  safe")
     print(hdr)
     for r in rows:
-        print(f"  {r['model']:14s} {r['task']:36s} {r['decisions']:5d} {r['agreement']:7.2%} "
+        print(f"  {r['model']:14s} {r['task']:36s} {r['decisions']:5d} {r['flips']:5d} {r['agreement']:8.3%} "
               f"{r['fp32_accuracy']:6.3f} {r['bf16_accuracy']:6.3f} {r['mean_abs_dnll']:10.4f} "
               f"{r['max_abs_dnll']:9.4f} {r['fp32_s']:7.2f} {r['bf16_s']:7.2f}  {'yes' if r['safe'] else 'NO'}")
     if mutual is None:
