@@ -53,7 +53,8 @@ def _batch_tokens(calls: list[ScoreCall]) -> int:
 class NLLDeployment:
     """Hosts one dialogue model. Methods: `score`, `info`, `check_health`."""
 
-    def __init__(self, config: dict[str, Any], token_budget: int = 4096, max_batch_tokens: int = 8192,
+    def __init__(self, config: dict[str, Any], token_budget: int | None = None,
+                 max_batch_tokens: int = 8192,
                  batch_wait_timeout_s: float = 0.005, num_threads: int | None = None,
                  prefix_reuse: bool = True, fast_kernels: bool = True):
         self.config = ModelConfig.model_validate(config)

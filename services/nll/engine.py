@@ -59,6 +59,18 @@ KV_BUDGET_FACTOR = 4
 #: lose more to overhead than padding costs).
 MAX_PASS_WASTE = 0.1
 MIN_PASS_TOKENS = 256
+#: Default token budget on a GPU. On CPU the default is sized to the model instead: about 2^20
+#: activations (tokens × width) per pass, 1,024 to 16,384 tokens; a DialoGPT-medium pass of 1,024
+#: tokens keeps each layer's activations nearer the caches and ran 5-15% faster than 4,096
+#: (BENCHMARKS.md), while a 64-wide stand-in needs big passes to amortise per-pass overhead.
+GPU_TOKEN_BUDGET = 4096
+
+
+def default_token_budget(device: str, width: int) -> int:
+    """The engine's token budget when none is given (see GPU_TOKEN_BUDGET)."""
+    if not str(device).startswith("cpu"):
+        return GPU_TOKEN_BUDGET
+    return min(16384, max(1024, 2 ** 20 // max(1, width)))
 
 
 class ScoringInputError(ValueError):
@@ -185,7 +197,8 @@ class NLLEngine:
             ``config`` when omitted.
         token_budget: most padded tokens per forward pass (rows × longest row; for seq2seq,
             distinct sources × longest source + rows × longest decoder input). A single item
-            larger than the budget still runs, alone.
+            larger than the budget still runs, alone. Default (None): 4096 on a GPU; on CPU
+            2^20 / model width, within 1024-16384 (:func:`default_token_budget`).
         num_threads: torch intra-op threads (default: the CPUs this process may use).
         projection_chunk: target positions projected to the vocabulary at once (bounds the
             float32 logits buffer to chunk × vocab).
@@ -204,13 +217,13 @@ class NLLEngine:
     """
 
     def __init__(self, config: ModelConfig, loaded: LoadedModel | None = None, *,
-                 token_budget: int = 4096, num_threads: int | None = None,
+                 token_budget: int | None = None, num_threads: int | None = None,
                  projection_chunk: int = 1024, prefix_reuse: bool = True,
                  min_shared_prefix: int = MIN_SHARED_PREFIX, fast_kernels: bool = True):
         if config.family not in ("causal", "seq2seq"):
             raise ValueError(f"model {config.name!r} is a {config.family}; the NLL engine scores "
                              "causal and seq2seq models")
-        if token_budget < 1:
+        if token_budget is not None and token_budget < 1:
             raise ValueError("token_budget must be positive")
         if min_shared_prefix < 1:
             raise ValueError("min_shared_prefix must be positive")
@@ -225,6 +238,9 @@ class NLLEngine:
 
             self.kernels = kernels.optimize(self.model)
         self.tokenizer = self.loaded.tokenizer
+        if token_budget is None:
+            token_budget = default_token_budget(self.loaded.device,
+                                                getattr(self.model.config, "hidden_size", 1024))
         self.token_budget = token_budget
         self.projection_chunk = projection_chunk
         self.prefix_reuse = prefix_reuse
