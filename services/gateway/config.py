@@ -37,8 +37,19 @@ class ServingOptions(_Args):
                                   description="Tokens merged from many requests into one engine call.")
     batch_wait_timeout_s: float = Field(0.005, ge=0, le=1,
                                         description="How long a batch waits to fill.")
-    token_budget: int = Field(4096, ge=16, description="Padded tokens per forward pass.")
+    token_budget: int | None = Field(
+        None, ge=16, description="Padded tokens per forward pass. Default: NLL models 4096 on GPU and, "
+        "on CPU, 2^20 / model width within 1024-16384 (cache-friendlier passes, measured faster); "
+        "NLI classifiers 4096.")
     num_threads: int | None = Field(None, ge=1, description="torch threads (default: the replica's CPUs).")
+    prefix_reuse: bool = Field(
+        True, description="NLL models: compute shared work once per engine call (decoder-only: a "
+        "shared token prefix and its key/value cache; encoder-decoder: each distinct source). Same "
+        "numbers either way; off only to measure it.")
+    fast_kernels: bool = Field(
+        True, description="NLL models: run float32 linear layers through oneDNN and GPT-2's GELU as "
+        "one fused kernel (services/nll/kernels.py; same numbers to float rounding). Off: stock "
+        "PyTorch kernels.")
 
 
 class ModelEntry(_Args):

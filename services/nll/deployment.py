@@ -53,10 +53,13 @@ def _batch_tokens(calls: list[ScoreCall]) -> int:
 class NLLDeployment:
     """Hosts one dialogue model. Methods: `score`, `info`, `check_health`."""
 
-    def __init__(self, config: dict[str, Any], token_budget: int = 4096, max_batch_tokens: int = 8192,
-                 batch_wait_timeout_s: float = 0.005, num_threads: int | None = None):
+    def __init__(self, config: dict[str, Any], token_budget: int | None = None,
+                 max_batch_tokens: int = 8192,
+                 batch_wait_timeout_s: float = 0.005, num_threads: int | None = None,
+                 prefix_reuse: bool = True, fast_kernels: bool = True):
         self.config = ModelConfig.model_validate(config)
-        self.engine = NLLEngine(self.config, token_budget=token_budget, num_threads=num_threads)
+        self.engine = NLLEngine(self.config, token_budget=token_budget, num_threads=num_threads,
+                                prefix_reuse=prefix_reuse, fast_kernels=fast_kernels)
         self.max_batch_tokens = min(max_batch_tokens, MAX_BATCH_TOKENS)
         self._batched.set_max_batch_size(self.max_batch_tokens)
         self._batched.set_batch_wait_timeout_s(batch_wait_timeout_s)

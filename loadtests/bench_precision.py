@@ -1,0 +1,267 @@
+"""Reduced precision on this machine: matrix-product speed by dtype, and whether bf16 changes decisions.
+
+Part 1, speed: a 2048 x 2048 x 2048 product, best of --reps, in float32 through ``torch.matmul``
+(MKL on this build) and through oneDNN's linear op (what the engine's CPU kernels use), and in
+bfloat16 through ``torch.matmul`` (PyTorch routes CPU bf16 products to oneDNN). float16 on CPU is
+timed on a 512^3 product only: PyTorch has no fast CPU kernel for it (the registry refuses float16
+on CPU).
+
+Part 2, agreement: the same items scored by the engine in float32 and in bfloat16 (the registry's
+``dtype``), the decisions compared:
+
+* CEDAR probes on examples/cedar_sample.jsonl, both settings: for every (valid, corrupted) pair,
+  is NLL(valid) < NLL(corrupted)? (attribution: the explanation after history + response + "Why?";
+  inference: the response after explanation + history);
+* MuTual dev (../shared/data/mutual/dev.jsonl): which of the four options has the lowest NLL
+  given the context (ties to the first option in both precisions).
+
+Models: ``small-reinit`` (the gpt2 stand-in re-initialised N(0, 0.3): NLLs vary strongly by token),
+``small-trained`` (the stand-in trained ~30 s on templated sentences and the sample's own turns and
+explanations, so it has learned some word order) and, optionally, ``medium`` (random GPT-2 with
+DialoGPT-medium shapes, GPT-2's own init: near-uniform predictions, tiny margins, a worst case).
+The project documents bf16 as safe for a (model, task) only where agreement is at least 99%.
+
+    python loadtests/bench_precision.py                       # small-reinit, small-trained
+    python loadtests/bench_precision.py --models medium --probe-dialogues 6 --mutual-limit 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+MUTUAL_DEV = ROOT.parent / "shared" / "data" / "mutual" / "dev.jsonl"
+SAFE = 0.99
+
+
+# ------------------------------------------------------------------------------------- speed
+def matmul_speeds(reps: int) -> list[tuple[str, float]]:
+    import torch
+
+    from services.nll.kernels import onednn_linear_available
+
+    def best(fn):
+        fn()
+        t = float("inf")
+        for _ in range(reps):
+            s = time.perf_counter()
+            fn()
+            t = min(t, time.perf_counter() - s)
+        return t
+
+    n = 2048
+    flops = 2 * n ** 3
+    out = []
+    a32, b32 = torch.randn(n, n), torch.randn(n, n)
+    a16, b16 = a32.bfloat16(), b32.bfloat16()
+    with torch.inference_mode():
+        # Interleave the three so a burst of load from elsewhere hits them alike.
+        runs = defaultdict(list)
+        fns = {"float32 torch.matmul (MKL)": lambda: torch.matmul(a32, b32),
+               "bfloat16 torch.matmul (oneDNN)": lambda: torch.matmul(a16, b16)}
+        if onednn_linear_available():
+            z = torch.zeros(n)
+            fns["float32 oneDNN linear"] = (
+                lambda: torch.ops.mkldnn._linear_pointwise(a32, b32, z, "none", [], ""))
+        for _ in range(3):
+            for name, fn in fns.items():
+                runs[name].append(best(fn))
+        for name in fns:
+            out.append((name, flops / min(runs[name])))
+        m = 512
+        h1, h2 = torch.randn(m, m).half(), torch.randn(m, m).half()
+        s = time.perf_counter()
+        torch.matmul(h1, h2)
+        out.append(("float16 torch.matmul (512^3, one run)", 2 * m ** 3 / (time.perf_counter() - s)))
+    return out
+
+
+# ------------------------------------------------------------------------------------- models
+def checkpoints(names: list[str], work: Path) -> dict[str, Path]:
+    import shutil
+
+    from loadtests.bench_probe import checkpoint
+    from services.standins import MARKER, templated_sentences, train_causal
+
+    out = {}
+    for name in names:
+        if name == "small-reinit":
+            out[name] = checkpoint("small", work)
+        elif name == "medium":
+            out[name] = checkpoint("medium", work)
+        elif name == "small-trained":
+            path = work / "small-trained"
+            if not (path / MARKER).is_file():
+                from clients.probes.data import load_dialogues
+
+                texts = templated_sentences(3000, seed=1)
+                for d in load_dialogues(ROOT / "examples" / "cedar_sample.jsonl"):
+                    texts += list(d.history) + [d.response] + [e.text for e in d.explanations if e.valid]
+                train_causal(work / "stand-ins" / "gpt2", path, texts, seconds=30, max_steps=400)
+                shutil.copy(work / "stand-ins" / "gpt2" / MARKER, path / MARKER)
+            out[name] = path
+        else:
+            raise SystemExit(f"unknown model {name!r}")
+    return out
+
+
+def engine_for(path: Path, dtype: str, threads: int):
+    from transformers import AutoConfig
+
+    from services.nll.engine import NLLEngine
+    from services.registry import stand_in_registry
+
+    cfg = stand_in_registry(path.parent / "stand-ins").get("dialogpt-medium")
+    cfg = cfg.model_copy(update={"source": str(path), "dtype": dtype, "device": "cpu",
+                                 "max_length": AutoConfig.from_pretrained(path).n_positions})
+    return NLLEngine(cfg, num_threads=threads)
+
+
+# ------------------------------------------------------------------------------------- data
+def probe_items(why: str, dialogues: int | None):
+    """{setting: (items, pairs)} with pairs as (valid item index, corrupted item index)."""
+    from clients.probes.corruptions import corrupt_dialogues
+    from clients.probes.data import load_dialogues
+    from services.nll.engine import NLLItem
+
+    ds = load_dialogues(ROOT / "examples" / "cedar_sample.jsonl")[:dialogues]
+    by_id = {d.id: d for d in ds}
+    out = {}
+    for setting in ("attribution", "inference"):
+        index: dict[NLLItem, int] = {}
+        pairs = []
+        for p in corrupt_dialogues(ds, seed=0).pairs:
+            d = by_id[p.dialogue_id]
+            if setting == "attribution":
+                ctx = tuple(d.history) + (d.response, why)
+                a, b = NLLItem(context=ctx, target=p.valid_text), NLLItem(context=ctx, target=p.corrupted_text)
+            else:
+                a = NLLItem(context=tuple(d.history), knowledge=p.valid_text, target=d.response)
+                b = NLLItem(context=tuple(d.history), knowledge=p.corrupted_text, target=d.response)
+            pairs.append((index.setdefault(a, len(index)), index.setdefault(b, len(index))))
+        out[setting] = (list(index), pairs)
+    return out
+
+
+def mutual_items(limit: int | None):
+    from clients.evals.mutual import read_mutual
+    from services.nll.engine import NLLItem
+
+    insts = read_mutual(MUTUAL_DEV)[:limit]
+    items, gold = [], []
+    for inst in insts:
+        ctx = tuple(t.text for t in inst.context)
+        items += [NLLItem(context=ctx, target=inst.option_turn(j).text) for j in range(4)]
+        gold.append(inst.answer)
+    return items, gold
+
+
+# ------------------------------------------------------------------------------------- main
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="small-reinit,small-trained")
+    p.add_argument("--probe-dialogues", type=int, default=None, help="first N sample dialogues (all)")
+    p.add_argument("--mutual-limit", type=int, default=None, help="first N MuTual dev instances (all)")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--no-speed", action="store_true")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from services.loading import set_threads
+
+    hf_logging.set_verbosity_error()
+    set_threads(args.threads)
+    report: dict = {"speed": [], "agreement": []}
+    print(f"machine: {os.cpu_count()} CPUs visible, {args.threads} torch threads, torch {torch.__version__}")
+    if not args.no_speed:
+        speeds = matmul_speeds(args.reps)
+        base = next(v for k, v in speeds if k.startswith("float32 torch"))
+        print("\n2048^3 matrix product (best of 3 x best of %d, interleaved)" % args.reps)
+        for name, v in speeds:
+            print(f"  {name:40s} {v / 1e9:8.1f} GFLOP/s   {v / base:5.2f}x float32 torch.matmul")
+            report["speed"].append({"what": name, "flops": v})
+
+    names = args.models.split(",")
+    work = Path(tempfile.gettempdir()) / "dialscore-bench"
+    paths = checkpoints(names, work)
+    mutual = mutual_items(args.mutual_limit) if MUTUAL_DEV.is_file() else None
+    rows = []
+    for name in names:
+        scores: dict[str, dict[str, list[float]]] = defaultdict(dict)
+        seconds: dict[str, dict[str, float]] = defaultdict(dict)
+        probes = None
+        for dtype in ("float32", "bfloat16"):
+            engine = engine_for(paths[name], dtype, args.threads)
+            probes = probes or probe_items(engine.fmt.why_turn, args.probe_dialogues)
+            tasks = {k: v[0] for k, v in probes.items()}
+            if mutual:
+                tasks["mutual"] = mutual[0]
+            for task, items in tasks.items():
+                encoded = [engine.encode(i) for i in items]
+                engine.score_encoded(encoded[:8])
+                t = time.perf_counter()
+                results, _ = engine.score_encoded(encoded)
+                seconds[task][dtype] = time.perf_counter() - t
+                scores[task][dtype] = [r.nll for r in results]
+            del engine
+        for task in scores:
+            a, b = scores[task]["float32"], scores[task]["bfloat16"]
+            diffs = [abs(x - y) for x, y in zip(a, b)]
+            if task == "mutual":
+                items, gold = mutual
+                pick = lambda s, k: min(range(4), key=lambda j: (s[4 * k + j], j))  # noqa: E731
+                n = len(gold)
+                d32 = [pick(a, k) for k in range(n)]
+                d16 = [pick(b, k) for k in range(n)]
+                acc = lambda d: statistics.fmean(x == g for x, g in zip(d, gold) if g is not None)  # noqa: E731
+                what = "MuTual dev: top option"
+            else:
+                pairs = probes[task][1]
+                d32 = [a[i] < a[j] for i, j in pairs]
+                d16 = [b[i] < b[j] for i, j in pairs]
+                acc = statistics.fmean
+                what = f"CEDAR {task}: valid < corrupted"
+            agree = statistics.fmean(x == y for x, y in zip(d32, d16))
+            row = {"model": name, "task": what, "decisions": len(d32), "agreement": agree,
+                   "flips": sum(x != y for x, y in zip(d32, d16)),
+                   "fp32_accuracy": acc(d32), "bf16_accuracy": acc(d16),
+                   "mean_abs_dnll": statistics.fmean(diffs), "max_abs_dnll": max(diffs),
+                   "items": len(a), "fp32_s": seconds[task]["float32"], "bf16_s": seconds[task]["bfloat16"],
+                   "safe": agree >= SAFE}
+            rows.append(row)
+            report["agreement"].append(row)
+
+    print(f"\nbf16 vs float32 decisions (engine in-process; safe = agreement >= {SAFE:.0%})")
+    hdr = (f"  {'model':14s} {'task':36s} {'n':>5s} {'flips':>5s} {'agree':>8s} {'acc32':>6s} {'acc16':>6s} "
+           f"{'mean|dNLL|':>10s} {'max|dNLL|':>9s} {'s fp32':>7s} {'s bf16':>7s}  safe")
+    print(hdr)
+    for r in rows:
+        print(f"  {r['model']:14s} {r['task']:36s} {r['decisions']:5d} {r['flips']:5d} {r['agreement']:8.3%} "
+              f"{r['fp32_accuracy']:6.3f} {r['bf16_accuracy']:6.3f} {r['mean_abs_dnll']:10.4f} "
+              f"{r['max_abs_dnll']:9.4f} {r['fp32_s']:7.2f} {r['bf16_s']:7.2f}  {'yes' if r['safe'] else 'NO'}")
+    if mutual is None:
+        print(f"  (MuTual skipped: {MUTUAL_DEV} is absent)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,550 @@
+"""Probe-shaped scoring, five ways, in one run, on identical items and one checkpoint.
+
+Workload: CEDAR attribution probing. For every valid explanation of examples/cedar_sample.jsonl
+the items are ``context = history + [response, "Why?"]`` with the valid explanation and each of its
+corruptions as targets (swapped, negation, incorrect, shuffle, dropped, reversed; ``incorrect`` is
+skipped where the dialogue has no invalid explanation): 6-7 continuations after one shared prefix.
+A probe *pair* is (valid, one corruption); pairs/s counts those comparisons.
+
+Methods (all score the same token ids; NLLs are checked against (c) to 1e-4 in float32):
+
+  (a) naive      one item per forward pass, the model's own loss (HF ``labels``, -100 on the source);
+  (b) lm-eval    lm-evaluation-harness ``HFLM.loglikelihood`` on (context, continuation) strings
+                 built so that its tokenization equals the engine's (checked; pairs whose tokens
+                 differ would be compared on speed only, and the table says how many);
+  (c0) engine on stock kernels: as (c), ``fast_kernels=False`` (PyTorch's own float32 matmul, which
+                 is MKL's, and GPT-2's Python-composed GELU), to separate batching from kernels;
+  (c) engine     ``NLLEngine.score_encoded``, all items in one call, prefix reuse off, the engine's
+                 CPU kernels (services/nll/kernels.py: oneDNN linear layers, fused GELU);
+  (d) engine+reuse  the same with shared-prefix reuse on (the default);
+  (e) HTTP       POST /v1/nll through the Ray Serve application on loopback (gateway + one model
+                 replica, reuse on), requests of whole explanation groups from concurrent clients.
+
+Columns: pairs/s, items/s, item tokens/s (source + target of every item: the same work measure
+for every method), computed tokens/s (positions the model actually ran, padding excluded),
+padding waste (padded positions / all positions run; (b) estimated from lm-eval's batching), the
+ratios against (a) and (b) in pairs/s, and MFU: executed matrix FLOPs per second over the peak
+matrix-multiply FLOP/s measured in the same run for the same dtype: the faster of a 2048^3
+``torch.matmul`` and the same product through oneDNN's linear op (on this AMD CPU oneDNN is about
+twice as fast as the MKL path behind ``torch.matmul`` in float32), best of 5, before and after the
+methods, the highest kept. Executed FLOPs = 2 x non-embedding parameters x computed
+tokens + 2 x width x vocabulary x positions projected to the vocabulary ((a) and (b) project every
+position, the engine only the scored target positions). Attention-score FLOPs and padding are not
+counted. (e) uses (d)'s computed-token count.
+
+    python loadtests/bench_probe.py --model small
+    python loadtests/bench_probe.py --model medium            # DialoGPT-medium shapes, 355M
+    python loadtests/bench_probe.py --model medium --dtype bfloat16 --no-http
+
+``(b)`` needs lm-evaluation-harness, which the project never depends on. Install it in a separate
+bench environment, torch first (the CPU build on disk; otherwise pip resolves a CUDA build)::
+
+    python3 -m venv /tmp/benchenv && /tmp/benchenv/bin/pip install torch==2.13.0
+    /tmp/benchenv/bin/pip install -e '.[serve]' 'lm_eval[hf]'
+    /tmp/benchenv/bin/python loadtests/bench_probe.py --model medium
+
+Without it, (b) is reported as skipped. Checkpoints are written under $TMPDIR/dialscore-bench
+(small: the gpt2 stand-in re-initialised N(0, 0.3); medium: random GPT-2 with DialoGPT-medium's
+shapes, 1.4 GB). Traffic goes to 127.0.0.1 only. Exit status 1 when any NLL disagrees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+TOLERANCE = 1e-4
+DEFAULT_GROUPS = {"small": 156, "medium": 12}
+
+
+# ------------------------------------------------------------------------------------- setup
+def checkpoint(model: str, work: Path) -> Path:
+    """The benchmark checkpoint on disk (every method loads these same weights)."""
+    import shutil
+
+    from services.standins import MARKER, build_stand_ins, reinit_
+
+    stand_ins = work / "stand-ins"
+    build_stand_ins(stand_ins, kinds=["gpt2"])
+    if model == "medium":
+        from loadtests.bench_serve import medium_checkpoint
+
+        return medium_checkpoint(stand_ins, work / "medium")
+    out = work / "small-sharp"
+    if not (out / MARKER).is_file():
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        m = reinit_(AutoModelForCausalLM.from_pretrained(stand_ins / "gpt2"), std=0.3, seed=0)
+        m.save_pretrained(out)
+        AutoTokenizer.from_pretrained(stand_ins / "gpt2").save_pretrained(out)
+        shutil.copy(stand_ins / "gpt2" / MARKER, out / MARKER)
+    return out
+
+
+def model_config(path: Path, dtype: str, device: str):
+    from services.registry import stand_in_registry
+
+    cfg = stand_in_registry(path.parent / "stand-ins").get("dialogpt-medium")
+    from transformers import AutoConfig
+
+    positions = AutoConfig.from_pretrained(path).n_positions
+    return cfg.model_copy(update={"source": str(path), "dtype": dtype, "device": device,
+                                  "max_length": positions})
+
+
+def attribution_workload(groups: int, why: str, seed: int = 0):
+    """(items, n_pairs, group sizes): the first `groups` explanation groups of the sample."""
+    from clients.probes.corruptions import corrupt_dialogues
+    from clients.probes.data import load_dialogues
+    from services.nll.engine import NLLItem
+
+    dialogues = load_dialogues(ROOT / "examples" / "cedar_sample.jsonl")
+    by_id = {d.id: d for d in dialogues}
+    pairs = defaultdict(list)
+    for p in corrupt_dialogues(dialogues, seed).pairs:
+        pairs[(p.dialogue_id, p.explanation_index)].append(p)
+    chosen = list(pairs.items())[:groups]
+    items, sizes, n_pairs = [], [], 0
+    for (did, _), ps in chosen:
+        d = by_id[did]
+        context = tuple(d.history) + (d.response, why)
+        texts = list(dict.fromkeys([ps[0].valid_text] + [p.corrupted_text for p in ps]))
+        items.append([NLLItem(context=context, target=t) for t in texts])
+        sizes.append(len(texts))
+        n_pairs += len(ps)
+    return items, n_pairs, sizes
+
+
+def peak_matmul(dtype: str, device: str, reps: int = 5) -> float:
+    """Best-of-`reps` FLOP/s of a 2048 x 2048 matmul in `dtype` on `device`."""
+    import torch
+
+    n = 2048
+    dt = getattr(torch, dtype)
+    a = torch.randn(n, n, device=device).to(dt)
+    b = torch.randn(n, n, device=device).to(dt)
+    torch.matmul(a, b)
+    best = float("inf")
+    for _ in range(reps):
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        torch.matmul(a, b)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best
+
+
+def peak_onednn_linear(dtype: str, device: str, reps: int = 5) -> float:
+    """The same product through oneDNN's linear op (what the engine's CPU kernels use); 0 when
+    unavailable or not on CPU."""
+    import torch
+
+    from services.nll.kernels import onednn_linear_available
+
+    if not device.startswith("cpu") or not onednn_linear_available():
+        return 0.0
+    n = 2048
+    dt = getattr(torch, dtype)
+    a = torch.randn(n, n).to(dt)
+    w = torch.randn(n, n).to(dt)
+    z = torch.zeros(n, dtype=dt)
+    best = float("inf")
+    with torch.inference_mode():
+        torch.ops.mkldnn._linear_pointwise(a, w, z, "none", [], "")
+        for _ in range(reps):
+            t = time.perf_counter()
+            torch.ops.mkldnn._linear_pointwise(a, w, z, "none", [], "")
+            best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best
+
+
+def _timed(fn, device: str):
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    value = fn()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return value, time.perf_counter() - start
+
+
+# ------------------------------------------------------------------------------------- methods
+def naive_nlls(model, device, encoded) -> list[float]:
+    import torch
+
+    out = []
+    with torch.inference_mode():
+        for e in encoded:
+            ids = torch.tensor([list(e.source_ids + e.target_ids)], device=device)
+            labels = torch.tensor([[-100] * len(e.source_ids) + list(e.target_ids)], device=device)
+            out.append(model(input_ids=ids, labels=labels).loss.item())
+    return out
+
+
+def lm_eval_requests(engine, items):
+    """(context, continuation) strings for lm-eval: the engine's formatted source, and the target
+    with the eos token appended as text (the engine scores eos as the target's last token)."""
+    tok = engine.tokenizer
+    eos = tok.eos_token if engine.fmt.append_eos else ""
+    reqs = []
+    for item in items:
+        pinned, body = engine.format_parts(item)
+        reqs.append((pinned + body, item.target + eos))
+    return reqs
+
+
+def lm_eval_loglikelihood(lm, reqs):
+    from lm_eval.api.instance import Instance
+
+    instances = [Instance(request_type="loglikelihood", doc={}, arguments=r, idx=i)
+                 for i, r in enumerate(reqs)]
+    return [ll for ll, _ in lm.loglikelihood(instances, disable_tqdm=True)]
+
+
+def lm_eval_padding(lengths: list[int], batch_size: int) -> int:
+    """Positions lm-eval runs: its Collator sorts by length, longest first, then cuts batches."""
+    ordered = sorted(lengths, reverse=True)
+    return sum(len(ordered[k:k + batch_size]) * ordered[k] for k in range(0, len(ordered), batch_size))
+
+
+def http_scores(source: Path, config, groups_json, args, port: int, in_process
+                ) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
+    """Serve the checkpoint on loopback and POST the requests from concurrent clients.
+
+    Each HTTP round alternates with an in-process run (`in_process()`, returning seconds), so that
+    both see the same background (Ray's own processes idle beside them, other load on the
+    machine): the HTTP / in-process ratio compares like with like."""
+    import httpx
+    import ray
+    from ray import serve
+
+    from services.gateway.app import build_app
+    from services.gateway.config import AppArgs
+
+    per = args.groups_per_request
+    requests = [sum(groups_json[k:k + per], []) for k in range(0, len(groups_json), per)]
+    app_args = AppArgs.model_validate({
+        "stand_ins": str(source.parent / "stand-ins"), "request_timeout_s": 1800,
+        "models": [{"name": "dialogpt-medium",
+                    "overrides": {"source": str(source), "max_length": config.max_length,
+                                  "dtype": config.dtype, "device": config.device},
+                    # The replica's engine fuses GELU like (c)/(d) (the serving default).
+                    "serving": {"num_cpus": 1, "num_threads": args.threads, "max_ongoing_requests": 64,
+                                "max_batch_tokens": 16384, "token_budget": args.token_budget,
+                                "prefix_reuse": True}}],
+    })
+    ray.init(include_dashboard=False, log_to_driver=False, num_cpus=4,
+             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                                       "PYTHONPATH": str(ROOT)}})
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(build_app(app_args), name="bench-probe", route_prefix="/")
+        url = f"http://127.0.0.1:{port}"
+        httpx.post(f"{url}/v1/nll", json={"model": "dialogpt-medium", "items": requests[0][:7]},
+                   timeout=1800).raise_for_status()  # warm-up
+        served: list[list[float]] = [[] for _ in requests]
+        latencies: list[float] = []
+        computes: list[float] = []
+
+        async def run() -> float:
+            queue = list(enumerate(requests))
+            async with httpx.AsyncClient(base_url=url, timeout=1800) as client:
+                async def worker():
+                    while queue:
+                        k, body = queue.pop(0)
+                        t0 = time.perf_counter()
+                        r = await client.post("/v1/nll", json={"model": "dialogpt-medium", "items": body})
+                        latencies.append(time.perf_counter() - t0)
+                        r.raise_for_status()
+                        computes.append(float(r.headers.get("x-compute-time", "nan")))
+                        served[k] = [x["nll"] for x in r.json()["results"]]
+                t0 = time.perf_counter()
+                await asyncio.gather(*(worker() for _ in range(args.clients)))
+                return time.perf_counter() - t0
+
+        seconds, local = [], []
+        for _ in range(args.repeat_engine):
+            local.append(in_process())
+            latencies.clear()
+            computes.clear()
+            seconds.append(asyncio.run(run()))
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    return [x for r in served for x in r], seconds, latencies, computes, local
+
+
+# ------------------------------------------------------------------------------------- main
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=["small", "medium"], default="small")
+    p.add_argument("--groups", type=int, default=None,
+                   help=f"explanation groups (7 items each, 6 without `incorrect`); default "
+                        f"{DEFAULT_GROUPS['small']} (all) small, {DEFAULT_GROUPS['medium']} medium")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--token-budget", type=int, default=None,
+                   help="engines' padded tokens per pass (default: the engine's own; on CPU 2^20 / width)")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="(a), (b) and (c0): time this many runs and keep the fastest (default 3 "
+                        "small, 2 medium)")
+    p.add_argument("--repeat-engine", type=int, default=3,
+                   help="(c), (d) and (e): runs, fastest kept; (a), (c), (d) alternate")
+    p.add_argument("--no-stock-engine", action="store_true",
+                   help="skip (c0), the engine on stock PyTorch kernels (NLLEngine(fast_kernels=False))")
+    p.add_argument("--lmeval-batch-size", type=int, default=32)
+    p.add_argument("--no-lmeval", action="store_true", help="skip (b)")
+    p.add_argument("--no-naive", action="store_true", help="skip (a)")
+    p.add_argument("--no-http", action="store_true", help="skip (e)")
+    p.add_argument("--groups-per-request", type=int, default=4, help="(e): explanation groups per request")
+    p.add_argument("--clients", type=int, default=4, help="(e): concurrent HTTP clients")
+    p.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    args = p.parse_args(argv)
+    repeat = args.repeat or (3 if args.model == "small" else 2)
+
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from services.loading import load_model, set_threads
+    from services.nll.engine import NLLEngine
+
+    hf_logging.set_verbosity_error()
+    set_threads(args.threads)
+    work = Path(tempfile.gettempdir()) / "dialscore-bench"
+    source = checkpoint(args.model, work)
+    config = model_config(source, args.dtype, args.device)
+    loaded = load_model(config)
+    device = loaded.device
+    model = loaded.model
+    mcfg = model.config
+    n_body = sum(p.numel() for p in model.base_model.h.parameters())
+    head_flops = 2 * mcfg.n_embd * mcfg.vocab_size
+    # (a) and (c0) run the stock model as loaded; (c) and (d) share a second copy, which the
+    # engine patches in place with its CPU kernels (services/nll/kernels.py).
+    stock_loaded = None
+    if not (args.no_naive and args.no_stock_engine):
+        stock_loaded = load_model(config)
+    stock = stock_loaded.model if stock_loaded is not None and not args.no_naive else None
+    engine_stock = None
+    if not args.no_stock_engine:
+        engine_stock = NLLEngine(config, loaded=stock_loaded, token_budget=args.token_budget,
+                                 num_threads=args.threads, prefix_reuse=False, fast_kernels=False)
+    engine_plain = NLLEngine(config, loaded=loaded, token_budget=args.token_budget,
+                             num_threads=args.threads, prefix_reuse=False)
+    stats_budget = engine_plain.token_budget
+    engine_reuse = NLLEngine(config, loaded=loaded, token_budget=args.token_budget,
+                             num_threads=args.threads, prefix_reuse=True)
+
+    groups, n_pairs, sizes = attribution_workload(args.groups or DEFAULT_GROUPS[args.model],
+                                                  config.format.why_turn)
+    items = [it for g in groups for it in g]
+    encoded = [engine_plain.encode(it) for it in items]
+    n = len(items)
+    item_tokens = sum(e.cost for e in encoded)
+    target_tokens = sum(len(e.target_ids) for e in encoded)
+    src_mean = statistics.fmean(len(e.source_ids) for e in encoded)
+    tgt_mean = statistics.fmean(len(e.target_ids) for e in encoded)
+
+    peak = [peak_matmul(args.dtype, device)]
+    peak_onednn = [peak_onednn_linear(args.dtype, device)]
+    rows: dict[str, dict] = {}
+    nlls: dict[str, list[float]] = {}
+
+    # Warm-up outside the timings.
+    engine_plain.score_encoded(encoded[:14])
+    engine_reuse.score_encoded(encoded[:14])
+    if engine_stock is not None:
+        engine_stock.score_encoded(encoded[:14])
+    if stock is not None:
+        naive_nlls(stock, device, encoded[:2])
+
+    timings = defaultdict(list)
+    for k in range(max(repeat, args.repeat_engine)):  # alternate: load from elsewhere hits all alike
+        if stock is not None and k < repeat:
+            nlls["naive"], t = _timed(lambda: naive_nlls(stock, device, encoded), device)
+            timings["naive"].append(t)
+        if engine_stock is not None and k < repeat:
+            (res, _), t = _timed(lambda: engine_stock.score_encoded(encoded), device)
+            nlls["stock"] = [r.nll for r in res]
+            timings["stock"].append(t)
+        (res, stats_plain), t = _timed(lambda: engine_plain.score_encoded(encoded), device)
+        nlls["engine"] = [r.nll for r in res]
+        timings["engine"].append(t)
+        (res, stats_reuse), t = _timed(lambda: engine_reuse.score_encoded(encoded), device)
+        nlls["reuse"] = [r.nll for r in res]
+        timings["reuse"].append(t)
+
+    # (b) lm-evaluation-harness, in this process, same threads, its own copy of the checkpoint.
+    lmeval_note = ""
+    try:
+        import lm_eval  # noqa: F401
+        from lm_eval.models.huggingface import HFLM
+    except ImportError:
+        HFLM = None
+        lmeval_note = ("lm-eval not installed: pip install 'lm_eval[hf]' into a separate bench "
+                       "environment (see this script's docstring)")
+    if args.no_lmeval:
+        HFLM, lmeval_note = None, "skipped (--no-lmeval)"
+    lm_mismatch = 0
+    if HFLM is not None:
+        lm = HFLM(pretrained=str(source), backend="causal", batch_size=args.lmeval_batch_size,
+                  device=device, dtype=args.dtype, max_length=config.max_length)
+        torch.set_num_threads(args.threads)
+        reqs = lm_eval_requests(engine_plain, items)
+        lm_tokens = [lm._encode_pair(c, t) for c, t in reqs]
+        lm_same = [tuple(c) == e.source_ids and tuple(t) == e.target_ids
+                   for (c, t), e in zip(lm_tokens, encoded)]
+        lm_mismatch = lm_same.count(False)
+        lm_eval_loglikelihood(lm, reqs[:4])  # warm-up
+        for _ in range(repeat):
+            lls, t = _timed(lambda: lm_eval_loglikelihood(lm, reqs), device)
+            timings["lmeval"].append(t)
+        nlls["lmeval"] = [-ll / len(e.target_ids) for ll, e in zip(lls, encoded)]
+        lm_lengths = [len(c) + len(t) - 1 for c, t in lm_tokens]
+        lm_padded = lm_eval_padding(lm_lengths, args.lmeval_batch_size)
+        del lm
+        gc.collect()
+    peak.append(peak_matmul(args.dtype, device))
+    peak_onednn.append(peak_onednn_linear(args.dtype, device))
+
+    # (e) HTTP through Ray Serve (the in-process engines are released first).
+    http_note = ""
+    if not args.no_http:
+        from services.nll.protocol import NLLItemIn  # noqa: F401
+
+        groups_json = [[{"context": list(it.context), "target": it.target} for it in g] for g in groups]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        del engine_plain, engine_stock, stock, stock_loaded
+        gc.collect()
+        served, t_http, latencies, computes, t_local = http_scores(
+            source, config, groups_json, args, port,
+            lambda: _timed(lambda: engine_reuse.score_encoded(encoded), device)[1])
+        nlls["http"] = served
+        timings["http"] += t_http
+        timings["reuse_beside_http"] += t_local
+        http_note = (f"(e): {len(latencies)} requests of {args.groups_per_request} groups from "
+                     f"{args.clients} clients; latency p50 {statistics.median(latencies):.2f} s, "
+                     f"max {max(latencies):.2f} s; engine time in the replica (x-compute-time, last "
+                     f"run): median {statistics.median(computes):.2f} s, max {max(computes):.2f} s; "
+                     "the path includes JSON and tokenization in the replica")
+    else:
+        http_note = "(e) skipped (--no-http)"
+
+    # ---------------------------------------------------------------------------- the table
+    peak_flops = max(peak + peak_onednn)
+    engine_budget = stats_budget
+    ref = nlls["engine"]
+    comparable = {k: [True] * n for k in nlls}
+    if "lmeval" in nlls:
+        comparable["lmeval"] = lm_same
+    worst = {k: max((abs(a - b) for a, b, c in zip(v, ref, comparable[k]) if c), default=0.0)
+             for k, v in nlls.items()}
+    ok = all(w <= TOLERANCE for w in worst.values()) if args.dtype == "float32" else True
+
+    def row(key, name, computed, projected, padded):
+        t = min(timings[key])
+        flops = 2 * n_body * computed + head_flops * projected
+        rows[key] = {
+            "method": name, "seconds": t, "all_runs": timings[key], "pairs_s": n_pairs / t,
+            "items_s": n / t, "item_tokens_s": item_tokens / t, "computed_tokens_s": computed / t,
+            "padding_waste": None if padded is None else 1 - computed / padded,
+            "mfu": flops / t / peak_flops, "max_abs_diff": worst.get(key),
+        }
+
+    if "naive" in timings:
+        row("naive", "(a) naive loop, HF loss, 1 item", item_tokens, item_tokens, item_tokens)
+    if "lmeval" in timings:
+        real = sum(lm_lengths)
+        row("lmeval", f"(b) lm-eval HFLM.loglikelihood bs={args.lmeval_batch_size}", real, lm_padded,
+            lm_padded)
+    if "stock" in timings:
+        row("stock", "(c0) engine, reuse off, stock kernels", stats_plain.real_tokens, target_tokens,
+            stats_plain.padded_tokens)
+    row("engine", "(c) engine, prefix reuse off", stats_plain.real_tokens, target_tokens,
+        stats_plain.padded_tokens)
+    row("reuse", "(d) engine, prefix reuse on", stats_reuse.real_tokens, target_tokens,
+        stats_reuse.padded_tokens)
+    if "http" in timings:
+        row("http", "(e) HTTP via Ray Serve, reuse on", stats_reuse.real_tokens, target_tokens, None)
+
+    print(f"model   : {args.model}: {source} ({n_body / 1e6:.0f}M non-embedding params, width "
+          f"{mcfg.n_embd}, {mcfg.n_layer} layers, vocab {mcfg.vocab_size}), {args.dtype} on {device}")
+    print(f"machine : {os.cpu_count()} CPUs visible, {args.threads} torch threads, engine token "
+          f"budget {engine_budget}, torch "
+          f"{torch.__version__}; peak {args.dtype} matrix product {peak_flops / 1e9:.1f} GFLOP/s "
+          f"(2048^3, best of 5, before/after the methods: torch.matmul {peak[0] / 1e9:.0f}/"
+          f"{peak[1] / 1e9:.0f}, oneDNN linear {peak_onednn[0] / 1e9:.0f}/{peak_onednn[1] / 1e9:.0f})")
+    print(f"workload: {len(groups)} explanation groups ({min(sizes)}-{max(sizes)} continuations), "
+          f"{n} items, {n_pairs} probe pairs; {item_tokens} item tokens (source mean {src_mean:.1f}, "
+          f"target mean {tgt_mean:.1f}); fastest of {repeat} run(s) for (a)/(b)/(c0), "
+          f"{args.repeat_engine} for (c)/(d)/(e)")
+    print()
+    hdr = (f"{'method':40s} {'s':>7s} {'pairs/s':>8s} {'items/s':>8s} {'itok/s':>8s} {'ctok/s':>8s} "
+           f"{'pad':>6s} {'x naive':>7s} {'x lmev':>7s} {'MFU':>6s} {'max|dNLL|':>9s}")
+    print(hdr)
+    print("-" * len(hdr))
+    for key, r in rows.items():
+        xn = r["pairs_s"] / rows["naive"]["pairs_s"] if "naive" in rows else None
+        xl = r["pairs_s"] / rows["lmeval"]["pairs_s"] if "lmeval" in rows else None
+        pad = "-" if r["padding_waste"] is None else f"{r['padding_waste']:.1%}"
+        diff = "ref" if key == "engine" else f"{r['max_abs_diff']:.1e}"
+        print(f"{r['method']:40s} {r['seconds']:7.2f} {r['pairs_s']:8.1f} {r['items_s']:8.1f} "
+              f"{r['item_tokens_s']:8.0f} {r['computed_tokens_s']:8.0f} {pad:>6s} "
+              f"{'-' if xn is None else f'{xn:.2f}':>7s} {'-' if xl is None else f'{xl:.2f}':>7s} "
+              f"{r['mfu']:6.1%} {diff:>9s}")
+    print()
+    print(f"(d) prefix groups {stats_reuse.shared_groups}, items in groups {stats_reuse.shared_items}, "
+          f"prefix tokens computed once {stats_reuse.shared_prefix_tokens}; computed {stats_reuse.real_tokens} "
+          f"of {stats_reuse.item_tokens} item tokens ({stats_reuse.reused_tokens} reused); forward passes "
+          f"{stats_reuse.forward_passes} (off: {stats_plain.forward_passes})")
+    if "lmeval" in timings:
+        print(f"(b) tokenization equals the engine's for {n - lm_mismatch} of {n} items"
+              + ("" if not lm_mismatch else " (NLLs of the others are not comparable)")
+              + f"; padding estimated from its length-sorted batches of {args.lmeval_batch_size}")
+    else:
+        print(f"(b) {lmeval_note}")
+    print(http_note)
+    if "http" in rows:
+        local = min(timings["reuse_beside_http"])
+        rows["http"]["in_process_beside_s"] = local
+        print(f"HTTP / in-process: {local / rows['http']['seconds']:.2f} against (d) re-timed while "
+              f"the Serve app was up, alternating with (e) (best {local:.2f} s; runs "
+              f"{', '.join(f'{x:.2f}' for x in timings['reuse_beside_http'])}); "
+              f"{rows['http']['pairs_s'] / rows['reuse']['pairs_s']:.2f} against (d) above "
+              "(target >= 0.85)")
+    if args.dtype == "float32":
+        print(f"NLL agreement with (c): {'OK' if ok else 'MISMATCH'} (tolerance {TOLERANCE:g})")
+    else:
+        print(f"NLL agreement with (c) not checked to {TOLERANCE:g} in {args.dtype}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "peak_flops": peak, "rows": rows,
+                                               "pairs": n_pairs, "items": n, "item_tokens": item_tokens},
+                                              indent=1))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
