@@ -48,7 +48,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -432,7 +432,7 @@ class DialscoreClient(_BaseClient):
         try:
             pending = {pool.submit(run, offset, chunk) for offset, chunk in chunks}
             while pending:
-                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
                     take(*fut.result())
         finally:

@@ -310,6 +310,30 @@ def test_nll_many_keeps_order_and_bounds_requests():
     assert sorted(seen) == list(range(0, 103, 10))
 
 
+def test_nll_many_reports_each_chunk_as_it_finishes_not_at_the_end():
+    """A chunk's results reach ``on_chunk`` while other chunks are still in flight (a probe run
+    saves them then; a run killed mid-way keeps them). The last chunk's request is held until
+    the first chunk has been reported: the call would hang if reports waited for every chunk."""
+    first_reported = threading.Event()
+
+    def handler(request):
+        items = json.loads(request.content)["items"]
+        if items[0]["target"] == "t9":  # the last chunk (items 9 and 10)
+            assert first_reported.wait(10), "no chunk was reported while another was in flight"
+        return by_target(request)
+
+    client, _ = sync_client(handler, max_concurrency=2)
+    seen: list[int] = []
+
+    def on_chunk(offset: int, results) -> None:
+        seen.append(offset)
+        first_reported.set()
+
+    results = client.nll_many("m", numbered(11), chunk_size=9, on_chunk=on_chunk)
+    assert [r.nll for r in results] == [float(i) for i in range(11)]
+    assert seen == [0, 9]
+
+
 def test_nll_many_splits_a_chunk_refused_as_too_large():
     def handler(request):
         items = json.loads(request.content)["items"]

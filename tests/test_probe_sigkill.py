@@ -9,9 +9,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 
 from clients.client import DialscoreClient
@@ -34,6 +37,62 @@ def _probe(url: str, out: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
+class _GateProxy:
+    """A loopback HTTP proxy to the real app that forwards the first ``allow`` scoring requests
+    and holds every later one until closed. The probe run can then never finish before the
+    test kills it, however fast the machine (on a fast CI runner the whole run once completed
+    between two polls of its output file)."""
+
+    def __init__(self, upstream: str, allow: int):
+        self.release = threading.Event()
+        self.forwarded = 0
+        lock = threading.Lock()
+        gate = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # keep the test output quiet
+                pass
+
+            def _forward(self, method: str) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path.startswith("/v1/nll"):
+                    with lock:
+                        gate.forwarded += 1
+                        held = gate.forwarded > allow
+                    if held:
+                        gate.release.wait(300)
+                        try:
+                            self.send_error(503)
+                        except OSError:  # the killed client's socket is gone
+                            pass
+                        return
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() in ("content-type", "authorization", "accept")}
+                resp = httpx.request(method, upstream + self.path, content=body, headers=headers,
+                                     timeout=120)
+                self.send_response(resp.status_code)
+                self.send_header("Content-Type", resp.headers.get("content-type", "application/json"))
+                self.send_header("Content-Length", str(len(resp.content)))
+                self.end_headers()
+                self.wfile.write(resp.content)
+
+            def do_GET(self) -> None:
+                self._forward("GET")
+
+            def do_POST(self) -> None:
+                self._forward("POST")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def _lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8", errors="replace").splitlines() if path.exists() else []
 
@@ -45,17 +104,22 @@ def test_sigkill_mid_run_then_resume_scores_every_item_once(served, tmp_path):
     plan = plan_probes(load_dialogues(SAMPLE), [info], ["attribution"], seed=0)
     scores = out / SCORES_FILE
 
-    # 1. Start, and SIGKILL once some chunks are stored but far from all.
-    proc = _probe(served.url, out)
-    deadline = time.monotonic() + 120
-    while len(_lines(scores)) < 48 and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert proc.poll() is None, f"the run ended before it could be killed: {proc.stdout.read().decode()[-2000:]}"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(30)
-    proc.stdout.close()
+    # 1. Start through a proxy that lets 6 chunks of 8 through and holds the rest; SIGKILL once
+    #    they are stored, with later requests in flight.
+    gate = _GateProxy(served.url, allow=6)
+    try:
+        proc = _probe(gate.url, out)
+        deadline = time.monotonic() + 120
+        while len(_lines(scores)) < 48 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert proc.poll() is None, f"the run ended before it could be killed: {proc.stdout.read().decode()[-2000:]}"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        proc.stdout.close()
+    finally:
+        gate.close()
     stored = ScoreStore(scores).load()
-    assert 0 < len(stored) < len(plan.items), (len(stored), len(plan.items))
+    assert len(stored) == 6 * 8 < len(plan.items), (len(stored), len(plan.items))
     assert not any((out / name).exists() for name in REPORT_FILES), "a report before the scores were complete"
 
     # 2. Resume: only the missing items are sent; the run completes.
