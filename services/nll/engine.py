@@ -61,8 +61,9 @@ MAX_PASS_WASTE = 0.1
 MIN_PASS_TOKENS = 256
 #: Default token budget on a GPU. On CPU the default is sized to the model instead: about 2^20
 #: activations (tokens × width) per pass, 1,024 to 16,384 tokens; a DialoGPT-medium pass of 1,024
-#: tokens keeps each layer's activations nearer the caches and ran 5-15% faster than 4,096
-#: (BENCHMARKS.md), while a 64-wide stand-in needs big passes to amortise per-pass overhead.
+#: tokens keeps each layer's activations nearer the caches and ran 17% faster than 4,096 with
+#: prefix reuse off, 1% with it on (BENCHMARKS.md, loadtests/bench_budget.py), while a 64-wide
+#: stand-in needs big passes to amortise per-pass overhead.
 GPU_TOKEN_BUDGET = 4096
 
 
