@@ -242,10 +242,11 @@ class _BaseClient:
         return body
 
     @staticmethod
-    def _rerank_body(context, candidates, top_n, nll_model, weights, extra_body) -> dict[str, Any]:
+    def _rerank_body(context, candidates, options: Mapping[str, Any],
+                     extra_body) -> dict[str, Any]:
         body = {"context": [_turn_json(t) for t in context], "candidates": list(candidates)}
-        body.update(_drop_none({"top_n": top_n, "nll_model": nll_model,
-                                "weights": dict(weights) if weights is not None else None}))
+        weights = options.get("weights")
+        body.update(_drop_none({**options, "weights": dict(weights) if weights is not None else None}))
         body.update(extra_body or {})
         return body
 
@@ -465,10 +466,18 @@ class DialscoreClient(_BaseClient):
 
     def rerank(self, context: Sequence[TurnLike], candidates: Sequence[str], *,
                top_n: int | None = None, nll_model: str | None = None,
-               weights: Mapping[str, float] | None = None,
+               weights: Mapping[str, float] | None = None, speaker: str | int | None = None,
+               mode: str | None = None, model: str | None = None, threshold: float | None = None,
+               evidence_threshold: float | None = None,
                extra_body: Mapping[str, Any] | None = None) -> RerankResponse:
-        """``POST /v1/rerank``: candidates scored against the context, best first."""
-        body = self._rerank_body(context, candidates, top_n, nll_model, weights, extra_body)
+        """``POST /v1/rerank``: candidates scored against the context, best first. Options left
+        at None take the server's defaults (``speaker``: who says the candidates, default the
+        most recent context speaker other than the last; ``mode``: structured/unstructured;
+        ``model``: the detector; ``threshold``/``evidence_threshold`` as in /v1/contradiction)."""
+        body = self._rerank_body(context, candidates, {
+            "top_n": top_n, "nll_model": nll_model, "weights": weights, "speaker": speaker,
+            "mode": mode, "model": model, "threshold": threshold,
+            "evidence_threshold": evidence_threshold}, extra_body)
         return self._request("POST", "/v1/rerank", RerankResponse, body)
 
     def health(self) -> Health:
@@ -606,10 +615,15 @@ class AsyncDialscoreClient(_BaseClient):
 
     async def rerank(self, context: Sequence[TurnLike], candidates: Sequence[str], *,
                      top_n: int | None = None, nll_model: str | None = None,
-                     weights: Mapping[str, float] | None = None,
+                     weights: Mapping[str, float] | None = None, speaker: str | int | None = None,
+                     mode: str | None = None, model: str | None = None,
+                     threshold: float | None = None, evidence_threshold: float | None = None,
                      extra_body: Mapping[str, Any] | None = None) -> RerankResponse:
-        """``POST /v1/rerank``: candidates scored against the context, best first."""
-        body = self._rerank_body(context, candidates, top_n, nll_model, weights, extra_body)
+        """``POST /v1/rerank`` (see :meth:`DialscoreClient.rerank`)."""
+        body = self._rerank_body(context, candidates, {
+            "top_n": top_n, "nll_model": nll_model, "weights": weights, "speaker": speaker,
+            "mode": mode, "model": model, "threshold": threshold,
+            "evidence_threshold": evidence_threshold}, extra_body)
         return await self._request("POST", "/v1/rerank", RerankResponse, body)
 
     async def health(self) -> Health:

@@ -68,3 +68,35 @@ def test_models_entries_from_the_registry_parse_and_give_the_format_choices():
         assert choices["why_turn"] == config.format.why_turn
         assert choices["explanation_placement"] == config.format.knowledge_position
         assert choices["reported_by_server"]
+
+
+def test_rerank_keywords_cover_the_servers_request_fields_and_validate():
+    """Every optional field of the server's RerankRequest is a keyword of ``rerank`` (no
+    ``extra_body`` needed), and a body built from all of them validates against the schema."""
+    import inspect
+
+    from clients.client import AsyncDialscoreClient
+    from services.rerank.protocol import RerankRequest
+
+    options = set(RerankRequest.model_fields) - {"context", "candidates"}
+    for cls in (DialscoreClient, AsyncDialscoreClient):
+        assert options <= set(inspect.signature(cls.rerank).parameters), cls
+    sent: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        import json
+
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, json={"results": []})
+
+    client = DialscoreClient("http://test", transport=httpx.MockTransport(handler))
+    client.rerank([{"speaker": "A", "text": "I have a dog."}, {"speaker": "B", "text": "Nice."}],
+                  ["I have no pets."], top_n=1, nll_model="m", weights={"contradiction": 2.0},
+                  speaker="A", mode="unstructured", model="nli", threshold=0.6,
+                  evidence_threshold=0.4)
+    body = sent[0]
+    assert set(body) == options | {"context", "candidates"}
+    request = RerankRequest.model_validate(body)
+    assert (request.speaker, request.mode, request.model, request.threshold) == ("A", "unstructured", "nli", 0.6)
+    client.rerank([{"speaker": "A", "text": "hi"}], ["a"])
+    assert set(sent[1]) == {"context", "candidates"}  # unset options take the server's defaults

@@ -215,7 +215,7 @@ def test_kill_detector_replica_during_rerank_load_answers_every_request_once(ser
         with DialscoreClient(served.url, retry=RETRY, max_concurrency=1, transport=transport) as client:
             for i in range(per_worker):
                 try:
-                    out = client.rerank(context, candidates, extra_body={"model": "victim-nli", "speaker": "A"})
+                    out = client.rerank(context, candidates, model="victim-nli", speaker="A")
                     answers.append(((k, i), sorted(r.index for r in out.results)))
                 except Exception as exc:  # noqa: BLE001 - collected and asserted below
                     failures.append(((k, i), repr(exc)))
