@@ -105,7 +105,8 @@ def naive_nlls(engine, encoded) -> list[float]:
     return out
 
 
-def _timed(fn, device: str):
+def timed(fn, device: str):
+    """(fn(), seconds), with CUDA synchronised before and after on a GPU."""
     import torch
 
     if device.startswith("cuda"):
@@ -147,7 +148,7 @@ def main(argv=None) -> int:
     engine, what = build_engine(args)
     device = engine.loaded.device
     items = probe_items(n, args.seed)
-    encoded, t_encode = _timed(lambda: [engine.encode(it) for it in items], "cpu")
+    encoded, t_encode = timed(lambda: [engine.encode(it) for it in items], "cpu")
     real = sum(e.cost for e in encoded)
     targets = sum(len(e.target_ids) for e in encoded)
 
@@ -157,9 +158,9 @@ def main(argv=None) -> int:
 
     runs_naive, runs_engine = [], []
     for _ in range(repeat):  # alternate, so a burst of load from elsewhere hits both alike
-        naive, t = _timed(lambda: naive_nlls(engine, encoded), device)
+        naive, t = timed(lambda: naive_nlls(engine, encoded), device)
         runs_naive.append(t)
-        (results, stats), t = _timed(lambda: engine.score_encoded(encoded), device)
+        (results, stats), t = timed(lambda: engine.score_encoded(encoded), device)
         runs_engine.append(t)
     t_naive, t_engine = min(runs_naive), min(runs_engine)
     diffs = [abs(a - r.nll) for a, r in zip(naive, results)]

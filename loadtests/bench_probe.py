@@ -68,6 +68,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from loadtests.bench_engine import timed  # noqa: E402  (needs ROOT on sys.path)
+
 TOLERANCE = 1e-4
 DEFAULT_GROUPS = {"small": 156, "medium": 12}
 
@@ -173,18 +175,6 @@ def peak_onednn_linear(dtype: str, device: str, reps: int = 5) -> float:
             torch.ops.mkldnn._linear_pointwise(a, w, z, "none", [], "")
             best = min(best, time.perf_counter() - t)
     return 2 * n ** 3 / best
-
-
-def _timed(fn, device: str):
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    value = fn()
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return value, time.perf_counter() - start
 
 
 # ------------------------------------------------------------------------------------- methods
@@ -382,16 +372,16 @@ def main(argv=None) -> int:
     timings = defaultdict(list)
     for k in range(max(repeat, args.repeat_engine)):  # alternate: load from elsewhere hits all alike
         if stock is not None and k < repeat:
-            nlls["naive"], t = _timed(lambda: naive_nlls(stock, device, encoded), device)
+            nlls["naive"], t = timed(lambda: naive_nlls(stock, device, encoded), device)
             timings["naive"].append(t)
         if engine_stock is not None and k < repeat:
-            (res, _), t = _timed(lambda: engine_stock.score_encoded(encoded), device)
+            (res, _), t = timed(lambda: engine_stock.score_encoded(encoded), device)
             nlls["stock"] = [r.nll for r in res]
             timings["stock"].append(t)
-        (res, stats_plain), t = _timed(lambda: engine_plain.score_encoded(encoded), device)
+        (res, stats_plain), t = timed(lambda: engine_plain.score_encoded(encoded), device)
         nlls["engine"] = [r.nll for r in res]
         timings["engine"].append(t)
-        (res, stats_reuse), t = _timed(lambda: engine_reuse.score_encoded(encoded), device)
+        (res, stats_reuse), t = timed(lambda: engine_reuse.score_encoded(encoded), device)
         nlls["reuse"] = [r.nll for r in res]
         timings["reuse"].append(t)
 
@@ -418,7 +408,7 @@ def main(argv=None) -> int:
         lm_mismatch = lm_same.count(False)
         lm_eval_loglikelihood(lm, reqs[:4])  # warm-up
         for _ in range(repeat):
-            lls, t = _timed(lambda: lm_eval_loglikelihood(lm, reqs), device)
+            lls, t = timed(lambda: lm_eval_loglikelihood(lm, reqs), device)
             timings["lmeval"].append(t)
         nlls["lmeval"] = [-ll / len(e.target_ids) for ll, e in zip(lls, encoded)]
         lm_lengths = [len(c) + len(t) - 1 for c, t in lm_tokens]
@@ -441,7 +431,7 @@ def main(argv=None) -> int:
         gc.collect()
         served, t_http, latencies, computes, t_local = http_scores(
             source, config, groups_json, args, port,
-            lambda: _timed(lambda: engine_reuse.score_encoded(encoded), device)[1])
+            lambda: timed(lambda: engine_reuse.score_encoded(encoded), device)[1])
         nlls["http"] = served
         timings["http"] += t_http
         timings["reuse_beside_http"] += t_local

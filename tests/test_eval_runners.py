@@ -261,10 +261,10 @@ def test_progress_bars_and_limit(tmp_path, capsys):
 
 def test_cli_robustness(tmp_path, monkeypatch, capsys):
     from clients.cli import main
-    from clients.commands import evaluate
+    from clients.commands import service_args
 
     service = FakeService()
-    monkeypatch.setattr(evaluate, "async_client_from_args", lambda args: service.client())
+    monkeypatch.setattr(service_args, "async_client_from_args", lambda args: service.client())
     path = tmp_path / "robust.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in ROBUST))
     code = main(["eval", "robustness", "--data", str(path), "--scorer", "rerank", "--n", "1",

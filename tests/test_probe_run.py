@@ -210,7 +210,7 @@ def test_async_runner_matches_sync_runner(small_data, tmp_path):
 
 @pytest.fixture
 def fake_cli(monkeypatch):
-    from clients.commands import probe
+    from clients.commands import service_args
 
     server = FakeServer()
 
@@ -218,7 +218,7 @@ def fake_cli(monkeypatch):
         assert args.url == "http://fake"
         return client_for(server, max_concurrency=args.concurrency)
 
-    monkeypatch.setattr(probe, "client_from_args", factory)
+    monkeypatch.setattr(service_args, "client_from_args", factory)
     return server
 
 

@@ -17,43 +17,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 
+from clients.commands import service_args
+from clients.commands.service_args import add_server_args, comma_list
 from clients.evals.robustness import KINDS
 from clients.evals.runners import (
     DECODE_CHUNK, DECODE_MODES, DIAGNOSTICS, MUTUAL_SCORERS, ROBUSTNESS_SCORERS,
 )
 
 
-def _csv(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
-
-
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default=os.environ.get("DIALSCORE_URL", "http://127.0.0.1:8000"),
-                   help="service URL (default: $DIALSCORE_URL or http://127.0.0.1:8000)")
-    p.add_argument("--token", default=None, help="bearer token (default: $DIALSCORE_TOKEN)")
-    p.add_argument("--timeout", type=float, default=120.0, help="read timeout per request, seconds")
-    p.add_argument("--retries", type=int, default=4,
-                   help="retries on 408/424/429/502/503/504 and dropped connections (default 4)")
-    p.add_argument("--concurrency", type=int, default=16,
-                   help="requests in flight at once (default 16)")
+    add_server_args(p, concurrency=16)
     p.add_argument("--data", required=True, help="the data file (or MuTual folder) to evaluate")
     p.add_argument("--out", default="runs/eval", help="output folder (default runs/eval)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-
-
-def async_client_from_args(args: argparse.Namespace):
-    """The client the commands use (tests may replace this function to inject a transport)."""
-    import httpx
-
-    from clients.client import AsyncDialscoreClient, RetryPolicy
-
-    return AsyncDialscoreClient(args.url, token=args.token,
-                                timeout=httpx.Timeout(args.timeout, connect=10.0),
-                                retry=RetryPolicy(max_attempts=args.retries + 1),
-                                max_concurrency=args.concurrency)
 
 
 def register(sub) -> None:
@@ -76,12 +54,12 @@ def register(sub) -> None:
 
     d = evals.add_parser("decode", help="DECODE contradiction detection, A2T and RCT diagnostics")
     _common(d)
-    d.add_argument("--modes", type=_csv, default=list(DECODE_MODES),
+    d.add_argument("--modes", type=comma_list, default=list(DECODE_MODES),
                    help="comma-separated: structured, unstructured (default: both, side by side)")
     d.add_argument("--threshold", type=float, default=0.5, help="contradiction threshold (0.5)")
     d.add_argument("--evidence-threshold", type=float, default=None,
                    help="evidence threshold (default: the threshold)")
-    d.add_argument("--diagnostics", type=_csv, default=list(DIAGNOSTICS),
+    d.add_argument("--diagnostics", type=comma_list, default=list(DIAGNOSTICS),
                    help="comma-separated: a2t, rct (default both; '' for none)")
     d.add_argument("--seed", type=int, default=0, help="seed of the A2T donor draw")
     d.add_argument("--model", default=None, help="the classifier (default: the service's detector)")
@@ -101,7 +79,7 @@ def register(sub) -> None:
     r.add_argument("--nll-model", default=None, help="rerank only: also weigh in this model's NLL")
     r.add_argument("--n", type=int, default=None, help="a seeded sample of N responses (default all)")
     r.add_argument("--seed", type=int, default=0, help="seed of the sample and the variants")
-    r.add_argument("--kinds", type=_csv, default=list(KINDS),
+    r.add_argument("--kinds", type=comma_list, default=list(KINDS),
                    help=f"comma-separated subset of {','.join(KINDS)} (default: all)")
     r.add_argument("--corpus", choices=("auto", "mutual", "decode"), default="auto",
                    help="the data's format (default: detected)")
@@ -116,7 +94,7 @@ def _run(args: argparse.Namespace, make) -> int:
     from clients.errors import DialscoreError
 
     async def main() -> None:
-        async with async_client_from_args(args) as client:
+        async with service_args.async_client_from_args(args) as client:
             await make(client)
 
     try:

@@ -8,7 +8,7 @@ import sys
 
 
 def register(sub) -> None:
-    from clients.commands.probe import add_server_args
+    from clients.commands.service_args import add_server_args
 
     p = sub.add_parser("models", help="list a service's models (GET /v1/models)")
     add_server_args(p)
@@ -17,12 +17,12 @@ def register(sub) -> None:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from clients.commands import probe
+    from clients.commands import service_args
     from clients.errors import DialscoreError
     from clients.probes.report import render_table
 
     try:
-        with probe.client_from_args(args) as client:
+        with service_args.client_from_args(args) as client:
             models = client.models()
     except DialscoreError as exc:
         print(f"dialscore models: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -10,39 +10,13 @@ that dies halfway resumes where it stopped.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
+from clients.commands import service_args
+from clients.commands.service_args import add_server_args, comma_list
 from clients.probes.corruptions import CORRUPTIONS
 
 DEFAULT_DATA = "examples/cedar_sample.jsonl"
-
-
-def add_server_args(p: argparse.ArgumentParser) -> None:
-    """--url, --token, --timeout, --retries, --concurrency: how to reach the service."""
-    p.add_argument("--url", default=os.environ.get("DIALSCORE_URL", "http://127.0.0.1:8000"),
-                   help="service URL (default: $DIALSCORE_URL or http://127.0.0.1:8000)")
-    p.add_argument("--token", default=None, help="bearer token (default: $DIALSCORE_TOKEN)")
-    p.add_argument("--timeout", type=float, default=120.0, help="read timeout per request, seconds")
-    p.add_argument("--retries", type=int, default=4,
-                   help="retries on 408/424/429/502/503/504 and dropped connections (default 4)")
-    p.add_argument("--concurrency", type=int, default=4, help="requests in flight at once (default 4)")
-
-
-def client_from_args(args: argparse.Namespace):
-    """The client the commands use (tests replace this function to inject a mock transport)."""
-    import httpx
-
-    from clients.client import DialscoreClient, RetryPolicy
-
-    return DialscoreClient(args.url, token=args.token,
-                           timeout=httpx.Timeout(args.timeout, connect=10.0),
-                           retry=RetryPolicy(max_attempts=args.retries + 1),
-                           max_concurrency=args.concurrency)
-
-
-def _csv(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 def register(sub) -> None:
@@ -51,11 +25,11 @@ def register(sub) -> None:
     add_server_args(p)
     p.add_argument("--data", default=DEFAULT_DATA,
                    help=f"probe data, JSON Lines (default: {DEFAULT_DATA}; schema in examples/README.md)")
-    p.add_argument("--models", type=_csv, default=None,
+    p.add_argument("--models", type=comma_list, default=None,
                    help="comma-separated model names (default: every dialogue model the server serves)")
-    p.add_argument("--settings", type=_csv, default=["inference", "attribution"],
+    p.add_argument("--settings", type=comma_list, default=["inference", "attribution"],
                    help="comma-separated: inference, attribution (default: both)")
-    p.add_argument("--corruptions", type=_csv, default=list(CORRUPTIONS),
+    p.add_argument("--corruptions", type=comma_list, default=list(CORRUPTIONS),
                    help=f"comma-separated subset of {','.join(CORRUPTIONS)} (default: all six)")
     p.add_argument("--seed", type=int, default=0, help="seed of the corruptions and bootstrap")
     p.add_argument("--out", default="runs/probe", help="output folder (scores are resumed from it)")
@@ -72,7 +46,7 @@ def _probe(args: argparse.Namespace) -> int:
     from clients.probes.run import run_probes
 
     try:
-        with client_from_args(args) as client:
+        with service_args.client_from_args(args) as client:
             run_probes(client, args.data, args.models, args.settings, args.seed, args.out,
                        chunk_size=args.chunk_size, corruptions=args.corruptions,
                        n_boot=args.bootstrap, plots=not args.no_plots,
