@@ -34,5 +34,10 @@ PADDING_WASTE = Histogram("dialscore_padding_waste_ratio",
                           "Share of computed positions that were padding, per engine call.",
                           ["model"], registry=REGISTRY,
                           buckets=(0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0))
+REUSED_TOKENS = Counter(
+    "dialscore_reused_tokens_total",
+    "Item tokens not recomputed: a prefix shared by several decoder-only items (within a request "
+    "or across requests merged into one engine call) or a seq2seq source encoded once.",
+    ["model"], registry=REGISTRY)
 IN_FLIGHT = Gauge("dialscore_queue_length", "Requests sent to a model deployment and not yet answered.",
                   ["model"], registry=REGISTRY)

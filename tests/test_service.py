@@ -83,6 +83,38 @@ def test_concurrent_requests_are_merged_into_batches(served):
     assert batches < 32, "32 concurrent requests should share engine calls"
 
 
+
+def test_prefix_reuse_spans_requests_merged_into_one_batch(served):
+    """Concurrent one-item requests whose contexts share a long prefix: only Serve's merging can
+    put them in one engine call, and the engine then computes the shared prefix once (counted in
+    dialscore_reused_tokens_total). The NLLs equal the engine's with reuse off."""
+    before = httpx.get(f"{served.url}/metrics").text
+    history = ["we could go to the museum on saturday if the weather is bad",
+               "or the park if it is sunny, the kids would like that a lot", "Why?"]
+    items = [{"context": history, "target": f"because option {i} is what {i} people chose"}
+             for i in range(24)]
+
+    async def fire():
+        async with httpx.AsyncClient(base_url=served.url, timeout=60) as client:
+            return await asyncio.gather(*(client.post("/v1/nll", json={"model": "dialogpt-medium",
+                                                                          "items": [it]})
+                                          for it in items))
+
+    responses = asyncio.run(fire())
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses if r.status_code != 200]
+    got = [r.json()["results"][0]["nll"] for r in responses]
+    plain = NLLEngine(served.config("dialogpt-medium"), num_threads=1, prefix_reuse=False)
+    want = plain.score([NLLItem(context=tuple(it["context"]), target=it["target"]) for it in items])
+    assert got == pytest.approx([w.nll for w in want], abs=1e-4)
+    after = httpx.get(f"{served.url}/metrics").text
+    reused = (_metric(after, "dialscore_reused_tokens_total", "dialogpt-medium")
+              - _metric(before, "dialscore_reused_tokens_total", "dialogpt-medium"))
+    merged = (_metric(after, "dialscore_batch_requests_count", "dialogpt-medium")
+              - _metric(before, "dialscore_batch_requests_count", "dialogpt-medium"))
+    assert merged < len(items), "concurrent requests were never merged"
+    # Every batch of k > 1 merged requests saves (k - 1) x the shared prefix (>= 16 tokens).
+    assert reused >= 16 * (len(items) - merged), (reused, merged)
+
 OK_ITEM = {"context": ["hi"], "target": "hello"}
 BAD_BODIES = [
     ("missing model", {"items": [OK_ITEM]}, 422, "model"),

@@ -63,3 +63,4 @@ def record_batch(model: str, reply: ScoreReply) -> None:
         metrics.BATCH_REQUESTS.labels(model).observe(reply.batch_requests)
         metrics.BATCH_TOKENS.labels(model).observe(reply.batch.real_tokens)
         metrics.PADDING_WASTE.labels(model).observe(reply.batch.padding_waste)
+        metrics.REUSED_TOKENS.labels(model).inc(reply.batch.reused_tokens)
