@@ -156,6 +156,26 @@ def test_batched_equals_one_at_a_time(loaded, ragged, name, budget):
 
 
 @pytest.mark.parametrize("name", GENERATIVE)
+def test_projection_in_small_chunks_equals_one_chunk(loaded, ragged, name):
+    """Target positions projected to the vocabulary a few at a time (chunks that split items)
+    give the same NLLs as all at once; the CPU default chunk holds about 2^23 logits."""
+    from services.nll.engine import default_projection_chunk
+
+    items, singles = ragged(name)
+    lm = loaded[name]
+    for chunk in (1, 7):
+        engine = NLLEngine(lm.config, loaded=lm, token_budget=4096, projection_chunk=chunk)
+        results, _ = engine.score_encoded(items)
+        for res, single in zip(results, singles):
+            assert_same(res, single)
+    vocab = lm.model.get_output_embeddings().weight.shape[0]
+    assert engine_for(loaded, name).projection_chunk == default_projection_chunk("cpu", vocab)
+    assert default_projection_chunk("cpu", 50257) == 166 and default_projection_chunk("cuda:0", 50257) == 1024
+    with pytest.raises(ValueError):
+        NLLEngine(lm.config, loaded=lm, projection_chunk=0)
+
+
+@pytest.mark.parametrize("name", GENERATIVE)
 def test_plan_respects_budget_and_sorts(loaded, ragged, name):
     """Every batch fits the token budget unless it is a single oversized item; causal batches are
     formed from length-sorted items, so padding waste is small."""
