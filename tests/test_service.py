@@ -58,62 +58,55 @@ def _metric(text: str, name: str, model: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-def test_concurrent_requests_are_merged_into_batches(served):
+def _post_concurrently(served, bodies: list[dict]) -> tuple[list[httpx.Response], dict[str, float]]:
+    """POST every body to /v1/nll at once; the responses, and how much each dialogpt-medium
+    metric grew meanwhile (read from /metrics before and after)."""
+    names = ("dialscore_batch_requests_count", "dialscore_batch_requests_sum", "dialscore_reused_tokens_total")
     before = httpx.get(f"{served.url}/metrics").text
-    requests = [{"model": "dialogpt-medium",
-                 "items": [{"context": [f"turn {i}", "and another"], "target": f"reply number {i}"},
-                           {"context": [], "target": f"{i} {i} {i}"}]} for i in range(32)]
 
     async def fire():
         async with httpx.AsyncClient(base_url=served.url, timeout=60) as client:
-            return await asyncio.gather(*(client.post("/v1/nll", json=b) for b in requests))
+            return await asyncio.gather(*(client.post("/v1/nll", json=b) for b in bodies))
 
     responses = asyncio.run(fire())
-    assert all(r.status_code == 200 for r in responses)
+    after = httpx.get(f"{served.url}/metrics").text
+    grew = {n: _metric(after, n, "dialogpt-medium") - _metric(before, n, "dialogpt-medium") for n in names}
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses if r.status_code != 200]
+    return responses, grew
+
+
+def test_concurrent_requests_are_merged_into_batches(served):
+    requests = [{"model": "dialogpt-medium",
+                 "items": [{"context": [f"turn {i}", "and another"], "target": f"reply number {i}"},
+                           {"context": [], "target": f"{i} {i} {i}"}]} for i in range(32)]
+    responses, grew = _post_concurrently(served, requests)
     flat = [it for b in requests for it in b["items"]]
     direct = _engine_results(served, "dialogpt-medium", flat)
     got = [res["nll"] for r in responses for res in r.json()["results"]]
     assert got == pytest.approx([d.nll for d in direct], abs=1e-4)
-    after = httpx.get(f"{served.url}/metrics").text
-    batches = (_metric(after, "dialscore_batch_requests_count", "dialogpt-medium")
-               - _metric(before, "dialscore_batch_requests_count", "dialogpt-medium"))
-    merged = (_metric(after, "dialscore_batch_requests_sum", "dialogpt-medium")
-              - _metric(before, "dialscore_batch_requests_sum", "dialogpt-medium"))
-    assert merged == 32
-    assert batches < 32, "32 concurrent requests should share engine calls"
-
+    assert grew["dialscore_batch_requests_sum"] == 32
+    assert grew["dialscore_batch_requests_count"] < 32, "32 concurrent requests should share engine calls"
 
 
 def test_prefix_reuse_spans_requests_merged_into_one_batch(served):
     """Concurrent one-item requests whose contexts share a long prefix: only Serve's merging can
     put them in one engine call, and the engine then computes the shared prefix once (counted in
     dialscore_reused_tokens_total). The NLLs equal the engine's with reuse off."""
-    before = httpx.get(f"{served.url}/metrics").text
     history = ["we could go to the museum on saturday if the weather is bad",
                "or the park if it is sunny, the kids would like that a lot", "Why?"]
     items = [{"context": history, "target": f"because option {i} is what {i} people chose"}
              for i in range(24)]
-
-    async def fire():
-        async with httpx.AsyncClient(base_url=served.url, timeout=60) as client:
-            return await asyncio.gather(*(client.post("/v1/nll", json={"model": "dialogpt-medium",
-                                                                          "items": [it]})
-                                          for it in items))
-
-    responses = asyncio.run(fire())
-    assert all(r.status_code == 200 for r in responses), [r.text for r in responses if r.status_code != 200]
+    responses, grew = _post_concurrently(
+        served, [{"model": "dialogpt-medium", "items": [it]} for it in items])
     got = [r.json()["results"][0]["nll"] for r in responses]
     plain = NLLEngine(served.config("dialogpt-medium"), num_threads=1, prefix_reuse=False)
     want = plain.score([NLLItem(context=tuple(it["context"]), target=it["target"]) for it in items])
     assert got == pytest.approx([w.nll for w in want], abs=1e-4)
-    after = httpx.get(f"{served.url}/metrics").text
-    reused = (_metric(after, "dialscore_reused_tokens_total", "dialogpt-medium")
-              - _metric(before, "dialscore_reused_tokens_total", "dialogpt-medium"))
-    merged = (_metric(after, "dialscore_batch_requests_count", "dialogpt-medium")
-              - _metric(before, "dialscore_batch_requests_count", "dialogpt-medium"))
-    assert merged < len(items), "concurrent requests were never merged"
+    batches = grew["dialscore_batch_requests_count"]
+    assert batches < len(items), "concurrent requests were never merged"
     # Every batch of k > 1 merged requests saves (k - 1) x the shared prefix (>= 16 tokens).
-    assert reused >= 16 * (len(items) - merged), (reused, merged)
+    assert grew["dialscore_reused_tokens_total"] >= 16 * (len(items) - batches), grew
+
 
 OK_ITEM = {"context": ["hi"], "target": "hello"}
 BAD_BODIES = [
