@@ -408,17 +408,7 @@ class NLLEngine:
             order = sorted(range(len(encoded)),
                            key=lambda i: (len(encoded[i].source_ids), encoded[i].source_ids,
                                           len(encoded[i].target_ids)))
-        batches: list[list[int]] = []
-        current: list[int] = []
-        for i in order:
-            trial = current + [i]
-            if current and self._padded_cost([encoded[j] for j in trial]) > self.token_budget:
-                batches.append(current)
-                trial = [i]
-            current = trial
-        if current:
-            batches.append(current)
-        return batches
+        return _pack(order, lambda run: self._padded_cost([encoded[j] for j in run]), self.token_budget)
 
     # ----------------------------------------------------------------------------- shared prefixes
     def _share_prefixes(self, encoded: Sequence[EncodedItem]
@@ -490,18 +480,7 @@ class NLLEngine:
         continuations are done. Large prefix passes matter: a pass of one ~90-token prefix
         multiplies every weight matrix by only 90 rows, far below the CPU's best rate."""
         ordered = sorted(groups, key=lambda g: (g.length, len(g.items)))
-        units: list[list[SharedPrefixGroup]] = []
-        current: list[SharedPrefixGroup] = []
-        for g in ordered:
-            trial = current + [g]
-            cost = len(trial) * max(x.length for x in trial)
-            if current and cost > self.token_budget:
-                units.append(current)
-                trial = [g]
-            current = trial
-        if current:
-            units.append(current)
-        return units
+        return _pack(ordered, lambda run: len(run) * max(g.length for g in run), self.token_budget)
 
     def _forward_shared(self, encoded: Sequence[EncodedItem], unit: Sequence[SharedPrefixGroup],
                         stats: BatchStats) -> list[list[float]]:
@@ -649,12 +628,10 @@ class NLLEngine:
         device = self.loaded.device
         width = max(r.cost for r in rows)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
         gather_rows, gather_cols, targets = [], [], []
         for b, r in enumerate(rows):
             seq = r.source_ids + r.target_ids
             ids[b, : len(seq)] = torch.tensor(seq)
-            mask[b, : len(seq)] = 1
             s = len(r.source_ids)
             gather_rows += [b] * len(r.target_ids)
             gather_cols += range(s - 1, s - 1 + len(r.target_ids))
@@ -735,6 +712,22 @@ def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
         else:
             hi = mid
     return lo
+
+
+def _pack(ordered: Sequence, cost, budget: int) -> list[list]:
+    """Cut `ordered` into consecutive runs, each as long as ``cost(run) <= budget`` allows; a first
+    element that alone exceeds the budget still forms its own run."""
+    runs: list[list] = []
+    current: list = []
+    for x in ordered:
+        trial = current + [x]
+        if current and cost(trial) > budget:
+            runs.append(current)
+            trial = [x]
+        current = trial
+    if current:
+        runs.append(current)
+    return runs
 
 
 def _chunks(rows: Sequence, length, budget: int, prefix_width: int, kv_budget: int) -> list[list]:
