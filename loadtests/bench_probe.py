@@ -55,7 +55,6 @@ import asyncio
 import gc
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -68,7 +67,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from loadtests.bench_engine import timed  # noqa: E402  (needs ROOT on sys.path)
+from loadtests.bench_engine import naive_nlls, timed  # noqa: E402  (needs ROOT on sys.path)
 
 TOLERANCE = 1e-4
 DEFAULT_GROUPS = {"small": 156, "medium": 12}
@@ -178,18 +177,6 @@ def peak_onednn_linear(dtype: str, device: str, reps: int = 5) -> float:
 
 
 # ------------------------------------------------------------------------------------- methods
-def naive_nlls(model, device, encoded) -> list[float]:
-    import torch
-
-    out = []
-    with torch.inference_mode():
-        for e in encoded:
-            ids = torch.tensor([list(e.source_ids + e.target_ids)], device=device)
-            labels = torch.tensor([[-100] * len(e.source_ids) + list(e.target_ids)], device=device)
-            out.append(model(input_ids=ids, labels=labels).loss.item())
-    return out
-
-
 def lm_eval_requests(engine, items):
     """(context, continuation) strings for lm-eval: the engine's formatted source, and the target
     with the eos token appended as text (the engine scores eos as the target's last token)."""
@@ -216,7 +203,7 @@ def lm_eval_padding(lengths: list[int], batch_size: int) -> int:
     return sum(len(ordered[k:k + batch_size]) * ordered[k] for k in range(0, len(ordered), batch_size))
 
 
-def http_scores(source: Path, config, groups_json, args, port: int, in_process
+def http_scores(source: Path, config, groups_json, args, in_process
                 ) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
     """Serve the checkpoint on loopback and POST the requests from concurrent clients.
 
@@ -224,11 +211,10 @@ def http_scores(source: Path, config, groups_json, args, port: int, in_process
     both see the same background (Ray's own processes idle beside them, other load on the
     machine): the HTTP / in-process ratio compares like with like."""
     import httpx
-    import ray
-    from ray import serve
 
-    from services.gateway.app import build_app
+    from loadtests.bench_serve import closed_loop_nll
     from services.gateway.config import AppArgs
+    from services.gateway.embedded import serve_locally
 
     per = args.groups_per_request
     requests = [sum(groups_json[k:k + per], []) for k in range(0, len(groups_json), per)]
@@ -242,45 +228,17 @@ def http_scores(source: Path, config, groups_json, args, port: int, in_process
                                 "max_batch_tokens": 16384, "token_budget": args.token_budget,
                                 "prefix_reuse": True}}],
     })
-    ray.init(include_dashboard=False, log_to_driver=False, num_cpus=4,
-             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-                                       "PYTHONPATH": str(ROOT)}})
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(build_app(app_args), name="bench-probe", route_prefix="/")
-        url = f"http://127.0.0.1:{port}"
+    with serve_locally(app_args, num_cpus=4, name="bench-probe") as url:
         httpx.post(f"{url}/v1/nll", json={"model": "dialogpt-medium", "items": requests[0][:7]},
                    timeout=1800).raise_for_status()  # warm-up
-        served: list[list[float]] = [[] for _ in requests]
-        latencies: list[float] = []
-        computes: list[float] = []
-
-        async def run() -> float:
-            queue = list(enumerate(requests))
-            async with httpx.AsyncClient(base_url=url, timeout=1800) as client:
-                async def worker():
-                    while queue:
-                        k, body = queue.pop(0)
-                        t0 = time.perf_counter()
-                        r = await client.post("/v1/nll", json={"model": "dialogpt-medium", "items": body})
-                        latencies.append(time.perf_counter() - t0)
-                        r.raise_for_status()
-                        computes.append(float(r.headers.get("x-compute-time", "nan")))
-                        served[k] = [x["nll"] for x in r.json()["results"]]
-                t0 = time.perf_counter()
-                await asyncio.gather(*(worker() for _ in range(args.clients)))
-                return time.perf_counter() - t0
-
         seconds, local = [], []
         for _ in range(args.repeat_engine):
             local.append(in_process())
-            latencies.clear()
-            computes.clear()
-            seconds.append(asyncio.run(run()))
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-    return [x for r in served for x in r], seconds, latencies, computes, local
+            run = asyncio.run(closed_loop_nll(url, "dialogpt-medium", requests, args.clients,
+                                              timeout=1800))
+            seconds.append(run.seconds)
+    # Latencies and compute times of the last run.
+    return [x for r in run.nlls for x in r], seconds, run.latencies, run.compute_s, local
 
 
 # ------------------------------------------------------------------------------------- main
@@ -388,7 +346,6 @@ def main(argv=None) -> int:
     # (b) lm-evaluation-harness, in this process, same threads, its own copy of the checkpoint.
     lmeval_note = ""
     try:
-        import lm_eval  # noqa: F401
         from lm_eval.models.huggingface import HFLM
     except ImportError:
         HFLM = None
@@ -421,16 +378,11 @@ def main(argv=None) -> int:
     # (e) HTTP through Ray Serve (the in-process engines are released first).
     http_note = ""
     if not args.no_http:
-        from services.nll.protocol import NLLItemIn  # noqa: F401
-
         groups_json = [[{"context": list(it.context), "target": it.target} for it in g] for g in groups]
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
         del engine_plain, engine_stock, stock, stock_loaded
         gc.collect()
         served, t_http, latencies, computes, t_local = http_scores(
-            source, config, groups_json, args, port,
+            source, config, groups_json, args,
             lambda: timed(lambda: engine_reuse.score_encoded(encoded), device)[1])
         nlls["http"] = served
         timings["http"] += t_http

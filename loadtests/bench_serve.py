@@ -21,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +57,41 @@ def workload(n_requests: int, items_per_request: int, seed: int) -> list[list[di
     pool = templated_sentences(5000, seed=seed)
     return [[{"context": rng.sample(pool, rng.randint(2, 6)), "target": rng.choice(pool)}
              for _ in range(items_per_request)] for _ in range(n_requests)]
+
+
+@dataclass
+class ClosedLoopRun:
+    """What :func:`closed_loop_nll` measured: wall seconds for all requests, each request's NLLs
+    (in request order), and per-request latency and replica compute time (``x-compute-time``)."""
+
+    seconds: float
+    nlls: list[list[float]]
+    latencies: list[float]
+    compute_s: list[float]
+
+
+async def closed_loop_nll(url: str, model: str, requests: list[list[dict]], clients: int,
+                          timeout: float = 600) -> ClosedLoopRun:
+    """POST every request (a list of items) to /v1/nll from `clients` concurrent closed-loop
+    clients over loopback; an HTTP error aborts the run."""
+    import httpx
+
+    queue = list(enumerate(requests))
+    run = ClosedLoopRun(0.0, [[] for _ in requests], [], [])
+    async with httpx.AsyncClient(base_url=url, timeout=timeout) as client:
+        async def worker():
+            while queue:
+                k, items = queue.pop(0)
+                t0 = time.perf_counter()
+                r = await client.post("/v1/nll", json={"model": model, "items": items})
+                run.latencies.append(time.perf_counter() - t0)
+                r.raise_for_status()
+                run.compute_s.append(float(r.headers.get("x-compute-time", "nan")))
+                run.nlls[k] = [x["nll"] for x in r.json()["results"]]
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        run.seconds = time.perf_counter() - t0
+    return run
 
 
 def pct(values: list[float], p: float) -> float:
@@ -106,27 +142,10 @@ def main() -> int:
     del engine
 
     # Served: one replica, N concurrent clients over loopback HTTP.
-    latencies: list[float] = []
-    served: list[list[float]] = [[] for _ in requests]
-
-    async def run(url: str) -> float:
-        queue = list(enumerate(requests))
-        async with httpx.AsyncClient(base_url=url, timeout=600) as client:
-            async def worker():
-                while queue:
-                    k, items = queue.pop(0)
-                    t0 = time.perf_counter()
-                    r = await client.post("/v1/nll", json={"model": "dialogpt-medium", "items": items})
-                    latencies.append(time.perf_counter() - t0)
-                    r.raise_for_status()
-                    served[k] = [x["nll"] for x in r.json()["results"]]
-            t0 = time.perf_counter()
-            await asyncio.gather(*(worker() for _ in range(args.clients)))
-            return time.perf_counter() - t0
-
     with serve_locally(app_args, num_cpus=4, name="bench") as url:
         httpx.post(f"{url}/v1/nll", json={"model": "dialogpt-medium", "items": requests[0]}, timeout=600)
-        t_served = asyncio.run(run(url))
+        http = asyncio.run(closed_loop_nll(url, "dialogpt-medium", requests, args.clients))
+    t_served, latencies, served = http.seconds, http.latencies, http.nlls
 
     worst = max(abs(a - b.nll) for got, want in zip(served, direct) for a, b in zip(got, want))
     rows = {

@@ -48,6 +48,8 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -314,15 +316,15 @@ def soak(url: str, model: str, *, seconds: float, factor: float = 1.5, measure_s
 
 # ------------------------------------------------------------------------ own app (no --url)
 
-def start_own_app(port: int, max_ongoing: int, max_queued: int, num_threads: int):
-    """Ray + the app with one stand-in model `soak` on 127.0.0.1:port; returns {name: pid}."""
+@contextmanager
+def own_app(port: int, max_ongoing: int, max_queued: int, num_threads: int
+            ) -> Iterator[tuple[str, dict[str, int]]]:
+    """Ray + the app with one stand-in model `soak` on 127.0.0.1:port: yields (base URL,
+    {deployment: replica pid}); shuts both down after."""
     import tempfile
 
-    import ray
-    from ray import serve
-
-    from services.gateway.app import build_app
     from services.gateway.config import AppArgs
+    from services.gateway.embedded import serve_locally
 
     stand_ins = Path(tempfile.gettempdir()) / "dialscore-soak-stand-ins"
     args = AppArgs.model_validate({
@@ -332,11 +334,8 @@ def start_own_app(port: int, max_ongoing: int, max_queued: int, num_threads: int
             "max_queued_requests": max_queued}}],
     })
     args.registry()  # builds the stand-ins once, here
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(build_app(args), name="dialscore", route_prefix="/")
-    return replica_pids("dialscore")
+    with serve_locally(args, num_cpus=2, port=port) as url:
+        yield url, replica_pids("dialscore")
 
 
 def replica_pids(app: str = "dialscore", deployments: tuple[str, ...] | None = None) -> dict[str, int]:
@@ -374,25 +373,15 @@ def main(argv=None) -> int:
     p.add_argument("--max-queued", type=int, default=16, help="own app: max_queued_requests")
     p.add_argument("--num-threads", type=int, default=1, help="own app: torch threads of the replica")
     a = p.parse_args(argv)
-    pids = None
-    url = a.url
-    if url is None:
-        pids = start_own_app(a.port, a.max_ongoing, a.max_queued, a.num_threads)
-        url = f"http://127.0.0.1:{a.port}"
-    if not url.startswith(("http://127.0.0.1", "http://localhost", "http://[::1]")):
+    if a.url is not None and not a.url.startswith(("http://127.0.0.1", "http://localhost", "http://[::1]")):
         p.error("traffic goes to loopback only: --url must be http://127.0.0.1:PORT")
-    try:
+    service = (own_app(a.port, a.max_ongoing, a.max_queued, a.num_threads) if a.url is None
+               else nullcontext((a.url, None)))
+    with service as (url, pids):
         report = soak(url, a.model or "soak", seconds=a.seconds, factor=a.factor,
                       measure_seconds=a.measure_seconds, concurrency=a.concurrency, items=a.items,
                       seed=a.seed, timeout=a.timeout, max_in_flight=a.max_in_flight, rss_pids=pids,
                       app=a.app, rss_every=a.rss_every)
-    finally:
-        if a.url is None:
-            import ray
-            from ray import serve
-
-            serve.shutdown()
-            ray.shutdown()
     print(report.table())
     if a.report:
         Path(a.report).write_text(json.dumps(asdict(report), indent=2) + "\n")

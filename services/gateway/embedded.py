@@ -36,16 +36,26 @@ def app_args_from_yaml(path: str | Path = LOCAL_CONFIG) -> AppArgs:
 
 
 @contextmanager
-def serve_locally(args: AppArgs, *, num_cpus: int | None = None, name: str = "dialscore") -> Iterator[str]:
-    """Start Ray and the app; yield its base URL (http://127.0.0.1:PORT); shut both down after."""
+def serve_locally(args: AppArgs, *, num_cpus: int | None = None, name: str = "dialscore",
+                  port: int | None = None) -> Iterator[str]:
+    """Start Ray and the app on 127.0.0.1:`port` (default: a free one); yield its base URL
+    (http://127.0.0.1:PORT); shut both down after.
+
+    The replicas import this checkout's code: its root goes first on their PYTHONPATH, so a
+    benchmark run from another virtual environment (one with lm-eval, say, whose own install of
+    the project may be older) still serves the code it measures in-process."""
+    import os
+
     import ray
     from ray import serve
 
     from services.gateway.app import build_app
 
-    port = free_port()
+    port = port or free_port()
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
+             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                                       "PYTHONPATH": pythonpath}})
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         serve.run(build_app(args), name=name, route_prefix="/")
