@@ -44,7 +44,7 @@ def _batch_pairs(calls: list[DetectCall]) -> int:
 class ContradictionDeployment:
     """Hosts one NLI classifier. Methods: `detect`, `info`, `check_health`."""
 
-    def __init__(self, config: dict[str, Any], token_budget: int = 4096, max_batch_pairs: int = 1024,
+    def __init__(self, config: dict[str, Any], token_budget: int | None = None, max_batch_pairs: int = 1024,
                  batch_wait_timeout_s: float = 0.005, num_threads: int | None = None):
         self.config = ModelConfig.model_validate(config)
         self.detector = ContradictionDetector(self.config, token_budget=token_budget,

@@ -70,6 +70,9 @@ TurnId = int | str
 #: Default decision threshold τ on the contradiction probability (spec section 3).
 DEFAULT_THRESHOLD = 0.5
 
+#: Padded tokens per classifier forward pass when none is given (serving.token_budget overrides).
+DEFAULT_TOKEN_BUDGET = 4096
+
 #: The label name (compared case-insensitively, surrounding spaces ignored) that marks the
 #: contradiction class in a checkpoint's ``id2label``.
 CONTRADICTION_LABEL = "contradiction"
@@ -296,7 +299,7 @@ class NLIPairClassifier:
         loaded: an already loaded model (tests pass re-initialised weights); loaded from
             ``config`` when omitted.
         token_budget: most padded tokens per forward pass (rows × longest row). A single pair
-            larger than the budget still runs, alone.
+            larger than the budget still runs, alone. Default (None): DEFAULT_TOKEN_BUDGET.
         num_threads: torch intra-op threads (default: the CPUs this process may use).
 
     Raises :class:`NoContradictionLabelError` at construction when the checkpoint's id2label has
@@ -304,7 +307,9 @@ class NLIPairClassifier:
     """
 
     def __init__(self, config: ModelConfig, loaded: LoadedModel | None = None, *,
-                 token_budget: int = 4096, num_threads: int | None = None):
+                 token_budget: int | None = None, num_threads: int | None = None):
+        if token_budget is None:
+            token_budget = DEFAULT_TOKEN_BUDGET
         if config.family != "classifier":
             raise ValueError(f"model {config.name!r} is a {config.family} model; the contradiction "
                              "detector needs an NLI sequence classifier (family classifier)")
@@ -471,7 +476,7 @@ class ContradictionDetector:
     """
 
     def __init__(self, config: ModelConfig | None = None, loaded: LoadedModel | None = None, *,
-                 classifier: PairClassifier | PairFn | None = None, token_budget: int = 4096,
+                 classifier: PairClassifier | PairFn | None = None, token_budget: int | None = None,
                  num_threads: int | None = None):
         if (classifier is None) == (config is None):
             raise ValueError("give either `config` (with optional `loaded`) or `classifier`")

@@ -258,7 +258,7 @@ def build_app(args: AppArgs) -> serve.Application:
         prefix_reuse=opts.prefix_reuse, fast_kernels=opts.fast_kernels,
     ) for cfg, opts in args.model_configs()}
     classifiers = {cfg.name: ContradictionDeployment.options(**_options(f"nli-{cfg.name}", opts)).bind(
-        cfg.model_dump(), token_budget=opts.token_budget or 4096,
+        cfg.model_dump(), token_budget=opts.token_budget,
         max_batch_pairs=min(opts.max_batch_tokens, 4096),
         batch_wait_timeout_s=opts.batch_wait_timeout_s, num_threads=opts.num_threads,
     ) for cfg, opts in args.classifier_configs()}
