@@ -74,6 +74,12 @@ class ServiceError(Exception):
     def status(self) -> int:
         return STATUS[self.type]
 
+    def as_data(self) -> dict:
+        """The constructor's arguments as a plain dict: how a deployment hands the error back to
+        the gateway across the process hop (``ServiceError(**data)`` rebuilds it there)."""
+        return {"type": self.type, "message": self.message, "param": self.param,
+                "retry_after": self.retry_after}
+
     def body(self) -> dict:
         return ErrorResponse(error=ErrorDetail(type=self.type, message=self.message,
                                                param=self.param)).model_dump()

@@ -75,15 +75,12 @@ class RerankDeployment:
                                                  **kwargs)
         except _Upstream as exc:
             return RerankReply(error=exc.error)
-        except ServiceError as exc:  # a detector/NLL replica did not accept the call in time
-            return RerankReply(error={"type": exc.type, "message": exc.message, "param": exc.param,
-                                      "retry_after": exc.retry_after})
         except ScoringInputError as exc:
             return RerankReply(error={"type": "invalid_request", "message": str(exc), "param": exc.param})
-        except Exception as exc:  # noqa: BLE001 - Ray errors of the detector/NLL handles
-            # A full detector queue is a 503 and a dead detector replica a 424, as when the
-            # gateway calls a model itself (not "the rerank deployment failed").
-            err = from_ray(exc)
-            return RerankReply(error={"type": err.type, "message": err.message, "param": err.param,
-                                      "retry_after": err.retry_after})
+        except Exception as exc:  # noqa: BLE001 - deadlines and Ray errors of the detector/NLL handles
+            # A ServiceError: a detector/NLL replica did not accept the call in time (503). Ray's
+            # errors map as when the gateway calls a model itself: a full detector queue is a 503
+            # and a dead detector replica a 424 (not "the rerank deployment failed").
+            err = exc if isinstance(exc, ServiceError) else from_ray(exc)
+            return RerankReply(error=err.as_data())
         return RerankReply(output=out)
