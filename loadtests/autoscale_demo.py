@@ -29,7 +29,7 @@ def main() -> int:
     ap.add_argument("--idle-seconds", type=float, default=45)
     args = ap.parse_args()
 
-    from services.gateway.embedded import app_args_from_yaml, serve_locally
+    from dialscore_server.gateway.embedded import app_args_from_yaml, serve_locally
 
     with serve_locally(app_args_from_yaml(ROOT / "deployments" / "autoscale-local.yaml")) as url:
         return drive(url, args)
@@ -39,7 +39,7 @@ def drive(url: str, args: argparse.Namespace) -> int:
     import httpx
     from ray import serve
 
-    from services.standins import templated_sentences
+    from dialscore_server.checkpoints.standins import templated_sentences
 
     pool = templated_sentences(500, seed=3)
     body = {"model": "dialogpt-medium",

@@ -41,8 +41,8 @@ DEFAULT_ITEMS = {"small": 400, "medium": 40}
 
 def probe_items(n: int, seed: int):
     """`n` CEDAR-probe-shaped items: 2-6 templated dialogue turns and a templated target."""
-    from services.nll.engine import NLLItem
-    from services.standins import templated_sentences
+    from dialscore_server.nll.engine import NLLItem
+    from dialscore_server.checkpoints.standins import templated_sentences
 
     rng = random.Random(seed)
     pool = templated_sentences(2000, seed=seed + 1)
@@ -54,10 +54,10 @@ def build_engine(args):
     """(engine, description) for --model small or medium."""
     import torch
 
-    from services.loading import LoadedModel, load_model, resolve_device
-    from services.nll.engine import NLLEngine
-    from services.registry import stand_in_registry
-    from services.standins import build_stand_ins, reinit_
+    from dialscore_server.checkpoints.loading import LoadedModel, load_model, resolve_device
+    from dialscore_server.nll.engine import NLLEngine
+    from dialscore_server.checkpoints.registry import stand_in_registry
+    from dialscore_server.checkpoints.standins import build_stand_ins, reinit_
 
     root = Path(args.stand_ins or Path(tempfile.gettempdir()) / "dialscore-bench-stand-ins")
     build_stand_ins(root, kinds=["gpt2"])

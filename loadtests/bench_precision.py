@@ -9,7 +9,7 @@ on CPU).
 Part 2, agreement: the same items scored by the engine in float32 and in bfloat16 (the registry's
 ``dtype``), the decisions compared:
 
-* CEDAR probes on examples/cedar_sample.jsonl, both settings: for every (valid, corrupted) pair,
+* CEDAR probes on clients/dialscore/probes/cedar_sample.jsonl, both settings: for every (valid, corrupted) pair,
   is NLL(valid) < NLL(corrupted)? (attribution: the explanation after history + response + "Why?";
   inference: the response after explanation + history);
 * MuTual dev (../shared/data/mutual/dev.jsonl): which of the four options has the lowest NLL
@@ -50,7 +50,7 @@ SAFE = 0.99
 def matmul_speeds(reps: int) -> list[tuple[str, float]]:
     import torch
 
-    from services.nll.kernels import onednn_linear_available
+    from dialscore_server.nll.kernels import onednn_linear_available
 
     def best(fn):
         fn()
@@ -93,7 +93,7 @@ def checkpoints(names: list[str], work: Path) -> dict[str, Path]:
     import shutil
 
     from loadtests.bench_probe import checkpoint
-    from services.standins import MARKER, templated_sentences, train_causal
+    from dialscore_server.checkpoints.standins import MARKER, templated_sentences, train_causal
 
     out = {}
     for name in names:
@@ -104,10 +104,11 @@ def checkpoints(names: list[str], work: Path) -> dict[str, Path]:
         elif name == "small-trained":
             path = work / "small-trained"
             if not (path / MARKER).is_file():
-                from clients.probes.data import load_dialogues
+                from dialscore.probes import SAMPLE_DATA
+                from dialscore.probes.data import load_dialogues
 
                 texts = templated_sentences(3000, seed=1)
-                for d in load_dialogues(ROOT / "examples" / "cedar_sample.jsonl"):
+                for d in load_dialogues(SAMPLE_DATA):
                     texts += list(d.history) + [d.response] + [e.text for e in d.explanations if e.valid]
                 train_causal(work / "stand-ins" / "gpt2", path, texts, seconds=30, max_steps=400)
                 shutil.copy(work / "stand-ins" / "gpt2" / MARKER, path / MARKER)
@@ -120,8 +121,8 @@ def checkpoints(names: list[str], work: Path) -> dict[str, Path]:
 def engine_for(path: Path, dtype: str, threads: int):
     from transformers import AutoConfig
 
-    from services.nll.engine import NLLEngine
-    from services.registry import stand_in_registry
+    from dialscore_server.nll.engine import NLLEngine
+    from dialscore_server.checkpoints.registry import stand_in_registry
 
     cfg = stand_in_registry(path.parent / "stand-ins").get("dialogpt-medium")
     cfg = cfg.model_copy(update={"source": str(path), "dtype": dtype, "device": "cpu",
@@ -132,11 +133,12 @@ def engine_for(path: Path, dtype: str, threads: int):
 # ------------------------------------------------------------------------------------- data
 def probe_items(why: str, dialogues: int | None):
     """{setting: (items, pairs)} with pairs as (valid item index, corrupted item index)."""
-    from clients.probes.corruptions import corrupt_dialogues
-    from clients.probes.data import load_dialogues
-    from services.nll.engine import NLLItem
+    from dialscore.probes.corruptions import corrupt_dialogues
+    from dialscore.probes import SAMPLE_DATA
+    from dialscore.probes.data import load_dialogues
+    from dialscore_server.nll.engine import NLLItem
 
-    ds = load_dialogues(ROOT / "examples" / "cedar_sample.jsonl")[:dialogues]
+    ds = load_dialogues(SAMPLE_DATA)[:dialogues]
     by_id = {d.id: d for d in ds}
     out = {}
     for setting in ("attribution", "inference"):
@@ -156,8 +158,8 @@ def probe_items(why: str, dialogues: int | None):
 
 
 def mutual_items(limit: int | None):
-    from clients.evals.mutual import read_mutual
-    from services.nll.engine import NLLItem
+    from dialscore.evals.mutual import read_mutual
+    from dialscore_server.nll.engine import NLLItem
 
     insts = read_mutual(MUTUAL_DEV)[:limit]
     items, gold = [], []
@@ -184,7 +186,7 @@ def main(argv=None) -> int:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from services.loading import set_threads
+    from dialscore_server.checkpoints.loading import set_threads
 
     hf_logging.set_verbosity_error()
     set_threads(args.threads)

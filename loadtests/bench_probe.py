@@ -1,6 +1,6 @@
 """Probe-shaped scoring, five ways, in one run, on identical items and one checkpoint.
 
-Workload: CEDAR attribution probing. For every valid explanation of examples/cedar_sample.jsonl
+Workload: CEDAR attribution probing. For every valid explanation of clients/dialscore/probes/cedar_sample.jsonl
 the items are ``context = history + [response, "Why?"]`` with the valid explanation and each of its
 corruptions as targets (swapped, negation, incorrect, shuffle, dropped, reversed; ``incorrect`` is
 skipped where the dialogue has no invalid explanation): 6-7 continuations after one shared prefix.
@@ -15,7 +15,7 @@ Methods (all score the same token ids; NLLs are checked against (c) to 1e-4 in f
   (c0) engine on stock kernels: as (c), ``fast_kernels=False`` (PyTorch's own float32 matmul, which
                  is MKL's, and GPT-2's Python-composed GELU), to separate batching from kernels;
   (c) engine     ``NLLEngine.score_encoded``, all items in one call, prefix reuse off, the engine's
-                 CPU kernels (services/nll/kernels.py: oneDNN linear layers, fused GELU);
+                 CPU kernels (services/dialscore_server/nll/kernels.py: oneDNN linear layers, fused GELU);
   (d) engine+reuse  the same with shared-prefix reuse on (the default);
   (e) HTTP       POST /v1/nll through the Ray Serve application on loopback (gateway + one model
                  replica, reuse on), requests of whole explanation groups from concurrent clients.
@@ -78,7 +78,7 @@ def checkpoint(model: str, work: Path) -> Path:
     """The benchmark checkpoint on disk (every method loads these same weights)."""
     import shutil
 
-    from services.standins import MARKER, build_stand_ins, reinit_
+    from dialscore_server.checkpoints.standins import MARKER, build_stand_ins, reinit_
 
     stand_ins = work / "stand-ins"
     build_stand_ins(stand_ins, kinds=["gpt2"])
@@ -98,7 +98,7 @@ def checkpoint(model: str, work: Path) -> Path:
 
 
 def model_config(path: Path, dtype: str, device: str):
-    from services.registry import stand_in_registry
+    from dialscore_server.checkpoints.registry import stand_in_registry
 
     cfg = stand_in_registry(path.parent / "stand-ins").get("dialogpt-medium")
     from transformers import AutoConfig
@@ -110,11 +110,12 @@ def model_config(path: Path, dtype: str, device: str):
 
 def attribution_workload(groups: int, why: str, seed: int = 0):
     """(items, n_pairs, group sizes): the first `groups` explanation groups of the sample."""
-    from clients.probes.corruptions import corrupt_dialogues
-    from clients.probes.data import load_dialogues
-    from services.nll.engine import NLLItem
+    from dialscore.probes.corruptions import corrupt_dialogues
+    from dialscore.probes import SAMPLE_DATA
+    from dialscore.probes.data import load_dialogues
+    from dialscore_server.nll.engine import NLLItem
 
-    dialogues = load_dialogues(ROOT / "examples" / "cedar_sample.jsonl")
+    dialogues = load_dialogues(SAMPLE_DATA)
     by_id = {d.id: d for d in dialogues}
     pairs = defaultdict(list)
     for p in corrupt_dialogues(dialogues, seed).pairs:
@@ -157,7 +158,7 @@ def peak_onednn_linear(dtype: str, device: str, reps: int = 5) -> float:
     unavailable or not on CPU."""
     import torch
 
-    from services.nll.kernels import onednn_linear_available
+    from dialscore_server.nll.kernels import onednn_linear_available
 
     if not device.startswith("cpu") or not onednn_linear_available():
         return 0.0
@@ -213,8 +214,8 @@ def http_scores(source: Path, config, groups_json, args, in_process
     import httpx
 
     from loadtests.bench_serve import closed_loop_nll
-    from services.gateway.config import AppArgs
-    from services.gateway.embedded import serve_locally
+    from dialscore_server.gateway.config import AppArgs
+    from dialscore_server.gateway.embedded import serve_locally
 
     per = args.groups_per_request
     requests = [sum(groups_json[k:k + per], []) for k in range(0, len(groups_json), per)]
@@ -274,8 +275,8 @@ def main(argv=None) -> int:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from services.loading import load_model, set_threads
-    from services.nll.engine import NLLEngine
+    from dialscore_server.checkpoints.loading import load_model, set_threads
+    from dialscore_server.nll.engine import NLLEngine
 
     hf_logging.set_verbosity_error()
     set_threads(args.threads)
@@ -289,7 +290,7 @@ def main(argv=None) -> int:
     n_body = sum(p.numel() for p in model.base_model.h.parameters())
     head_flops = 2 * mcfg.n_embd * mcfg.vocab_size
     # (a) and (c0) run the stock model as loaded; (c) and (d) share a second copy, which the
-    # engine patches in place with its CPU kernels (services/nll/kernels.py).
+    # engine patches in place with its CPU kernels (services/dialscore_server/nll/kernels.py).
     stock_loaded = None
     if not (args.no_naive and args.no_stock_engine):
         stock_loaded = load_model(config)

@@ -47,8 +47,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10)
     args = ap.parse_args()
 
-    from services.gateway.config import AppArgs
-    from services.gateway.embedded import serve_locally
+    from dialscore_server.gateway.config import AppArgs
+    from dialscore_server.gateway.embedded import serve_locally
 
     stand_ins = Path(tempfile.gettempdir()) / "dialscore-bench" / "stand-ins"
     app_args = AppArgs.model_validate({
@@ -66,7 +66,7 @@ def main() -> int:
 def measure(url: str, args: argparse.Namespace) -> None:
     import httpx
 
-    from services.contradiction.decode import read_decode
+    from dialscore_server.contradiction.decode import read_decode
 
     body = {"context": CONTEXT, "candidates": CANDIDATES}
 

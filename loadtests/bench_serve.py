@@ -36,7 +36,7 @@ def medium_checkpoint(stand_ins: Path, out: Path) -> Path:
 
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-    from services.standins import MARKER
+    from dialscore_server.checkpoints.standins import MARKER
 
     if (out / MARKER).is_file():
         return out
@@ -51,7 +51,7 @@ def medium_checkpoint(stand_ins: Path, out: Path) -> Path:
 
 
 def workload(n_requests: int, items_per_request: int, seed: int) -> list[list[dict]]:
-    from services.standins import templated_sentences
+    from dialscore_server.checkpoints.standins import templated_sentences
 
     rng = random.Random(seed)
     pool = templated_sentences(5000, seed=seed)
@@ -111,11 +111,11 @@ def main() -> int:
 
     import httpx
 
-    from services.gateway.config import AppArgs
-    from services.gateway.embedded import serve_locally
-    from services.nll.engine import NLLEngine
-    from services.nll.protocol import NLLItemIn
-    from services.standins import build_stand_ins
+    from dialscore_server.gateway.config import AppArgs
+    from dialscore_server.gateway.embedded import serve_locally
+    from dialscore_server.nll.engine import NLLEngine
+    from dialscore_server.nll.protocol import NLLItemIn
+    from dialscore_server.checkpoints.standins import build_stand_ins
 
     work = Path(tempfile.gettempdir()) / "dialscore-bench"
     stand_ins = work / "stand-ins"

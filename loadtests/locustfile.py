@@ -9,7 +9,7 @@ import random
 
 from locust import HttpUser, constant, task
 
-from services.standins import templated_sentences
+from dialscore_server.checkpoints.standins import templated_sentences
 
 POOL = templated_sentences(3000, seed=7)
 CONTEXT = [{"speaker": "user" if k % 2 == 0 else "bot", "text": POOL[k]} for k in range(6)]

@@ -43,7 +43,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "runs" / "loadtest"))
     args = ap.parse_args()
 
-    from services.gateway.embedded import app_args_from_yaml, serve_locally
+    from dialscore_server.gateway.embedded import app_args_from_yaml, serve_locally
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -323,8 +323,8 @@ def own_app(port: int, max_ongoing: int, max_queued: int, num_threads: int
     {deployment: replica pid}); shuts both down after."""
     import tempfile
 
-    from services.gateway.config import AppArgs
-    from services.gateway.embedded import serve_locally
+    from dialscore_server.gateway.config import AppArgs
+    from dialscore_server.gateway.embedded import serve_locally
 
     stand_ins = Path(tempfile.gettempdir()) / "dialscore-soak-stand-ins"
     args = AppArgs.model_validate({

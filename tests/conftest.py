@@ -17,7 +17,7 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 @pytest.fixture(scope="session")
 def stand_ins(tmp_path_factory) -> Path:
     """Root folder of the stand-in checkpoints (one subfolder per kind), built once."""
-    from services.standins import build_stand_ins
+    from dialscore_server.checkpoints.standins import build_stand_ins
 
     root = tmp_path_factory.mktemp("stand-ins")
     build_stand_ins(root)
@@ -26,7 +26,7 @@ def stand_ins(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def stand_in_registry(stand_ins):
-    from services.registry import stand_in_registry as make
+    from dialscore_server.checkpoints.registry import stand_in_registry as make
 
     return make(stand_ins)
 
@@ -50,7 +50,7 @@ def sharp_stand_ins(stand_ins, tmp_path_factory) -> dict[str, Path]:
         AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer,
     )
 
-    from services.standins import MARKER, reinit_
+    from dialscore_server.checkpoints.standins import MARKER, reinit_
 
     root = tmp_path_factory.mktemp("sharp")
     out = {}
@@ -86,10 +86,11 @@ def trained_gpt2(stand_ins, tmp_path_factory) -> Path:
     import json
     import random
 
-    from services.standins import templated_sentences, train_causal
+    from dialscore.probes import SAMPLE_DATA
+    from dialscore_server.checkpoints.standins import templated_sentences, train_causal
 
     parts = [json.loads(line)["explanations"]
-             for line in (Path(__file__).resolve().parents[1] / "examples" / "cedar_sample.jsonl").open()]
+             for line in SAMPLE_DATA.open()]
     flat = [e for es in parts for e in es]
     rng = random.Random(1)
     sentences = [f"{rng.choice(flat)['antecedent']} {rng.choice(flat)['connective']} "
@@ -99,7 +100,7 @@ def trained_gpt2(stand_ins, tmp_path_factory) -> Path:
 
 
 def serve_args(stand_ins: Path, sharp: dict[str, Path], trained: Path):
-    from services.gateway.config import AppArgs
+    from dialscore_server.gateway.config import AppArgs
 
     one_thread = {"num_cpus": 0.2, "num_threads": 1}
     return AppArgs.model_validate({
@@ -138,7 +139,7 @@ def served(stand_ins, sharp_stand_ins, trained_gpt2):
 
     import httpx
 
-    from services.gateway.embedded import serve_locally
+    from dialscore_server.gateway.embedded import serve_locally
 
     args = serve_args(stand_ins, sharp_stand_ins, trained_gpt2)
     with serve_locally(args, num_cpus=4) as url:

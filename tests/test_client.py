@@ -11,15 +11,15 @@ import time
 import httpx
 import pytest
 
-from clients import errors
-from clients.client import (
+from dialscore import errors
+from dialscore.client import (
     AsyncDialscoreClient,
     DialscoreClient,
     RetryPolicy,
     parse_retry_after,
     plan_chunks,
 )
-from clients.types import NLLItem, Turn
+from dialscore.types import NLLItem, Turn
 from fake_dialscore_server import FakeServer, error
 
 

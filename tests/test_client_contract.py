@@ -6,14 +6,14 @@ import typing
 
 import httpx
 
-from clients import errors
-from clients.client import DialscoreClient, RetryPolicy
-from clients.probes.data import Dialogue
-from clients.probes.run import format_choices, plan_probes
-from clients.types import ModelInfo
-from services import errors as server_errors
-from services.nll import protocol
-from services.registry import PAPER_MODELS
+from dialscore import errors
+from dialscore.client import DialscoreClient, RetryPolicy
+from dialscore.probes.data import Dialogue
+from dialscore.probes.run import format_choices, plan_probes
+from dialscore.types import ModelInfo
+from dialscore_server.contract import errors as server_errors
+from dialscore_server.nll import protocol
+from dialscore_server.checkpoints.registry import PAPER_MODELS
 
 
 def models_entry(config) -> dict:
@@ -75,8 +75,8 @@ def test_rerank_keywords_cover_the_servers_request_fields_and_validate():
     ``extra_body`` needed), and a body built from all of them validates against the schema."""
     import inspect
 
-    from clients.client import AsyncDialscoreClient
-    from services.rerank.protocol import RerankRequest
+    from dialscore.client import AsyncDialscoreClient
+    from dialscore_server.rerank.protocol import RerankRequest
 
     options = set(RerankRequest.model_fields) - {"context", "candidates"}
     for cls in (DialscoreClient, AsyncDialscoreClient):

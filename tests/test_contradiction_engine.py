@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from services.contradiction.engine import (
+from dialscore_server.contradiction.engine import (
     ContradictionDetector, DetectionJob, DetectionResult, Evidence, NLIPairClassifier,
     NoContradictionLabelError, Turn, find_contradiction_index, plan_pairs, unstructured_premise,
 )
-from services.nll.engine import ScoringInputError
+from dialscore_server.nll.engine import ScoringInputError
 from conftest import shared_file
 
 
@@ -182,8 +182,8 @@ def test_find_contradiction_index_reads_id2label():
 @pytest.fixture(scope="module")
 def nli(stand_in_registry):
     """Both stand-in classifiers with weights re-initialised so probabilities vary."""
-    from services.loading import load_model
-    from services.standins import reinit_
+    from dialscore_server.checkpoints.loading import load_model
+    from dialscore_server.checkpoints.standins import reinit_
 
     out = {}
     for name in ("roberta-large-mnli", "roberta-large-anli"):
@@ -224,7 +224,7 @@ def test_label_index_and_probabilities_match_a_direct_model_call(nli, name, inde
 def test_checkpoint_without_a_contradiction_label_is_refused_at_start_up(stand_in_registry):
     from transformers import AutoTokenizer, RobertaConfig, RobertaForSequenceClassification
 
-    from services.loading import LoadedModel
+    from dialscore_server.checkpoints.loading import LoadedModel
 
     config = stand_in_registry.get("roberta-large-mnli")
     tok = AutoTokenizer.from_pretrained(config.source)
@@ -292,7 +292,7 @@ def test_batched_detect_equals_one_dialogue_at_a_time(nli):
 
 # ------------------------------------------------------------------------------------ DECODE
 def test_decode_file_parses_and_runs_through_the_detector(nli):
-    from services.contradiction.decode import decode_metrics, read_decode
+    from dialscore_server.contradiction.decode import decode_metrics, read_decode
 
     path = shared_file("data/decode/rct.jsonl")
     examples = list(read_decode(path))

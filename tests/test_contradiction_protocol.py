@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from services.contradiction.engine import DetectionResult, Evidence, Turn
-from services.contradiction.protocol import ContradictionRequest, ContradictionResponse
-from services.errors import ServiceError
-from services.rerank.engine import RerankOutput, RerankResult, RerankWeights
-from services.rerank.protocol import RerankRequest, RerankResponse, TEIRerankRequest
-from services.schema import Limits
+from dialscore_server.contradiction.engine import DetectionResult, Evidence, Turn
+from dialscore_server.contradiction.protocol import ContradictionRequest, ContradictionResponse
+from dialscore_server.contract.errors import ServiceError
+from dialscore_server.rerank.engine import RerankOutput, RerankResult, RerankWeights
+from dialscore_server.rerank.protocol import RerankRequest, RerankResponse, TEIRerankRequest
+from dialscore_server.contract.schema import Limits
 
 
 def errors(model, data) -> list[dict]:
@@ -105,7 +105,7 @@ def test_responses_from_engine_results():
     assert body["weights"] == {"contradiction": 1.0, "nll": 0.1} and body["speaker"] == "bot"
 
 
-@pytest.mark.parametrize("module", ["services.contradiction.engine", "services.rerank.engine"])
+@pytest.mark.parametrize("module", ["dialscore_server.contradiction.engine", "dialscore_server.rerank.engine"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib

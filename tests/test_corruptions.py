@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.probes.corruptions import (
+from dialscore.probes.corruptions import (
     CATEGORY,
     CORRUPTIONS,
     corrupt,
@@ -21,9 +21,9 @@ from clients.probes.corruptions import (
     shuffle_words,
     swapped,
 )
-from clients.probes.data import Dialogue, Explanation, load_dialogues
+from dialscore.probes.data import Dialogue, Explanation, load_dialogues
 
-SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "cedar_sample.jsonl"
+from dialscore.probes import SAMPLE_DATA as SAMPLE
 
 
 def expl(a: str, c: str, q: str, valid: bool = True, dim: str = "event") -> Explanation:

@@ -14,12 +14,12 @@ import random
 import pytest
 import torch
 
-from services.loading import LoadedModel, load_model
-from services.nll.engine import (
+from dialscore_server.checkpoints.loading import LoadedModel, load_model
+from dialscore_server.nll.engine import (
     EmptyTargetError, EncodedItem, NLLEngine, NLLItem, ScoringInputError, TargetTooLongError,
 )
-from services.registry import ModelConfig
-from services.standins import (
+from dialscore_server.checkpoints.registry import ModelConfig
+from dialscore_server.checkpoints.standins import (
     MARKER, lay_out_as_hub_cache, reinit_, templated_sentences, train_causal,
 )
 
@@ -159,7 +159,7 @@ def test_batched_equals_one_at_a_time(loaded, ragged, name, budget):
 def test_projection_in_small_chunks_equals_one_chunk(loaded, ragged, name):
     """Target positions projected to the vocabulary a few at a time (chunks that split items)
     give the same NLLs as all at once; the CPU default chunk holds about 2^23 logits."""
-    from services.nll.engine import default_projection_chunk
+    from dialscore_server.nll.engine import default_projection_chunk
 
     items, singles = ragged(name)
     lm = loaded[name]
@@ -551,7 +551,7 @@ def hub_cache(tmp_path, monkeypatch):
 
 
 def _hub_config(repo_id="microsoft/DialoGPT-medium") -> ModelConfig:
-    from services.registry import DIALOGPT_FORMAT
+    from dialscore_server.checkpoints.registry import DIALOGPT_FORMAT
 
     return ModelConfig(name="dialogpt-medium", source=repo_id, family="causal",
                        format=DIALOGPT_FORMAT, max_length=512, device="cpu")

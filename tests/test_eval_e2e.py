@@ -16,12 +16,12 @@ import time
 
 import pytest
 
-from clients.cli import main
-from clients.client import DialscoreClient
-from clients.evals.decode import read_decode
-from clients.evals.mutual import read_mutual, split_speaker
-from clients.evals.robustness import KINDS
-from clients.evals.runners import run_decode, run_mutual, run_robustness
+from dialscore.cli import main
+from dialscore.client import DialscoreClient
+from dialscore.evals.decode import read_decode
+from dialscore.evals.mutual import read_mutual, split_speaker
+from dialscore.evals.robustness import KINDS
+from dialscore.evals.runners import run_decode, run_mutual, run_robustness
 from tests.conftest import shared_file
 
 pytestmark = pytest.mark.serve

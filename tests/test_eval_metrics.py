@@ -8,12 +8,12 @@ import math
 
 import pytest
 
-from clients.evals.decode import (DecodeDialogue, Prediction, average_ranks, decode_metrics, prf,
+from dialscore.evals.decode import (DecodeDialogue, Prediction, average_ranks, decode_metrics, prf,
                                   roc_auc)
-from clients.evals.dialogue import Turn
-from clients.evals.mutual import (Ranking, evaluate_mutual, format_ranked, mutual_metrics,
+from dialscore.evals.dialogue import Turn
+from dialscore.evals.mutual import (Ranking, evaluate_mutual, format_ranked, mutual_metrics,
                                   rank_options, write_ranked)
-from clients.evals.report import format_table, write_csv, write_json, write_jsonl
+from dialscore.evals.report import format_table, write_csv, write_json, write_jsonl
 
 # --- MuTual ranking --------------------------------------------------------------------------
 
@@ -79,7 +79,7 @@ def test_official_export_format(tmp_path):
 
 
 def test_evaluate_mutual_checks_lengths():
-    from clients.evals.mutual import MutualInstance
+    from dialscore.evals.mutual import MutualInstance
 
     inst = MutualInstance(id="x", article="m : hi", options=("m : a", "m : b"), answer=1)
     rankings, m = evaluate_mutual([inst], [[0.1, 0.2]])

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from clients.evals.decode import (a2t_set, decode_metrics, dialogue_from_record, rct_set,
+from dialscore.evals.decode import (a2t_set, decode_metrics, dialogue_from_record, rct_set,
                                   read_decode, Prediction)
-from clients.evals.mutual import (evaluate_mutual, parse_article, read_mutual, split_speaker,
+from dialscore.evals.mutual import (evaluate_mutual, parse_article, read_mutual, split_speaker,
                                   write_ranked)
 from conftest import shared_file
 

@@ -10,10 +10,10 @@ import threading
 import httpx
 import pytest
 
-from clients.client import AsyncDialscoreClient
-from clients.evals.decode import Prediction, decode_metrics, read_decode
-from clients.evals.robustness import KINDS, variant_stats
-from clients.evals.runners import arun_decode, arun_mutual, arun_robustness, run_mutual
+from dialscore.client import AsyncDialscoreClient
+from dialscore.evals.decode import Prediction, decode_metrics, read_decode
+from dialscore.evals.robustness import KINDS, variant_stats
+from dialscore.evals.runners import arun_decode, arun_mutual, arun_robustness, run_mutual
 
 MODELS = [
     {"name": "fake-gpt", "family": "causal", "source": "fake/gpt", "revision": "abc123",
@@ -260,8 +260,8 @@ def test_progress_bars_and_limit(tmp_path, capsys):
 
 
 def test_cli_robustness(tmp_path, monkeypatch, capsys):
-    from clients.cli import main
-    from clients.commands import service_args
+    from dialscore.cli import main
+    from dialscore.commands import service_args
 
     service = FakeService()
     monkeypatch.setattr(service_args, "async_client_from_args", lambda args: service.client())

@@ -7,7 +7,7 @@ Schemathesis configuration, and why:
 
 * ``negative_data_rejection`` also accepts 413: the documented ``maxItems``/``maxLength`` are this
   deployment's limits, which the service refuses with 413 ``payload_too_large`` by contract
-  (services/errors.py), not 422.
+  (services/dialscore_server/contract/errors.py), not 422.
 * ``positive_data_acceptance`` also accepts 413 and 422: some rules of the API are not
   expressible in JSON Schema and are refused with a 422 naming the field (an NLL item gives
   `context` or `source`, not both; turn ids are unique within a dialogue; a target must fit the
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.serve
 schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-from services.errors import STATUS  # noqa: E402
+from dialscore_server.contract.errors import STATUS  # noqa: E402
 
 #: Examples per operation and mode (DIALSCORE_FUZZ_EXAMPLES=500 for a longer run).
 EXAMPLES = int(os.environ.get("DIALSCORE_FUZZ_EXAMPLES", "30"))

@@ -7,12 +7,12 @@ import asyncio
 import httpx
 import pytest
 
-from services.gateway.app import create_app, read_token
-from services.schema import Limits
+from dialscore_server.gateway.app import create_app, read_token
+from dialscore_server.contract.schema import Limits
 
 
 class FakeGateway:
-    """Just enough of services.gateway.app.Gateway for the routes that do not reach a model."""
+    """Just enough of dialscore_server.gateway.app.Gateway for the routes that do not reach a model."""
 
     def __init__(self, token):
         self.token = token

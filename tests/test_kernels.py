@@ -1,4 +1,4 @@
-"""The engine's CPU kernels (services/nll/kernels.py): same numbers as the stock model.
+"""The engine's CPU kernels (services/dialscore_server/nll/kernels.py): same numbers as the stock model.
 
 ``fast_kernels`` routes float32/bfloat16 linear layers through oneDNN and fuses GPT-2's GELU; the
 NLLs must equal those of the stock transformers forward to 1e-4 (float32), the model's
@@ -12,10 +12,10 @@ import random
 import pytest
 import torch
 
-from services.loading import load_model
-from services.nll import kernels
-from services.nll.engine import EncodedItem, NLLEngine
-from services.standins import reinit_
+from dialscore_server.checkpoints.loading import load_model
+from dialscore_server.nll import kernels
+from dialscore_server.nll.engine import EncodedItem, NLLEngine
+from dialscore_server.checkpoints.standins import reinit_
 
 pytestmark = pytest.mark.skipif(not kernels.onednn_linear_available(),
                                 reason="this PyTorch build has no oneDNN linear op")

@@ -13,9 +13,9 @@ import asyncio
 import httpx
 import pytest
 
-from services.errors import ServiceError
-from services.gateway.app import create_app
-from services.schema import Limits
+from dialscore_server.contract.errors import ServiceError
+from dialscore_server.gateway.app import create_app
+from dialscore_server.contract.schema import Limits
 
 pytestmark = pytest.mark.serve
 

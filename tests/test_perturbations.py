@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from clients.evals.linguistic import BackendUnavailable, LinguisticBackend, WordNetFiles
-from clients.evals.robustness import (BACKEND_KINDS, CATEGORIES, GENERIC_REPLIES, KINDS,
+from dialscore.evals.linguistic import BackendUnavailable, LinguisticBackend, WordNetFiles
+from dialscore.evals.robustness import (BACKEND_KINDS, CATEGORIES, GENERIC_REPLIES, KINDS,
                                       NLTK_STOPWORDS, STOPWORDS_25, items_from_decode,
                                       items_from_mutual, mean_std, mutual_style, pearson, perturb,
                                       perturb_all, spearman, tokenize, variant_stats)
@@ -161,7 +161,7 @@ def test_pure_kinds_need_no_backend(monkeypatch):
     def refuse():
         raise BackendUnavailable("no backend in this test")
 
-    monkeypatch.setattr("clients.evals.robustness.default_backend", refuse)
+    monkeypatch.setattr("dialscore.evals.robustness.default_backend", refuse)
     pure = [k for k in KINDS if k not in BACKEND_KINDS]
     assert set(perturb_all(["a b c"], kinds=pure)) == set(pure)
     with pytest.raises(BackendUnavailable):
@@ -233,7 +233,7 @@ def test_wordnet_files_parse_the_database_format(tmp_path):
 
 
 def test_wordnet_folder_from_the_environment(tmp_path, monkeypatch):
-    from clients.evals.linguistic import WORDNET_ENV, find_wordnet_dir
+    from dialscore.evals.linguistic import WORDNET_ENV, find_wordnet_dir
 
     monkeypatch.setenv(WORDNET_ENV, str(_mini_wordnet(tmp_path)))
     assert find_wordnet_dir() == tmp_path
@@ -249,7 +249,7 @@ def test_wordnet_folder_from_the_environment(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def backend():
-    from clients.evals.linguistic import default_backend
+    from dialscore.evals.linguistic import default_backend
 
     try:
         return default_backend()
@@ -291,7 +291,7 @@ def test_wordnet_files_read_the_bundled_database(backend):
 
 
 def test_battery_on_a_sample_of_mutual_contexts(backend):
-    from clients.evals.mutual import read_mutual
+    from dialscore.evals.mutual import read_mutual
 
     items = items_from_mutual(read_mutual(shared_file("data/mutual/dev.jsonl")), n=40, seed=0)
     assert len(items) == 40 and items == items_from_mutual(
@@ -309,7 +309,7 @@ def test_battery_on_a_sample_of_mutual_contexts(backend):
 
 
 def test_items_from_decode():
-    from clients.evals.decode import read_decode
+    from dialscore.evals.decode import read_decode
 
     dialogues = read_decode(shared_file("data/decode/rct.jsonl"))
     items = items_from_decode(dialogues, n=25, seed=1)

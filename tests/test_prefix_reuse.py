@@ -17,9 +17,9 @@ import random
 import pytest
 import torch
 
-from services.loading import LoadedModel, load_model
-from services.nll.engine import EncodedItem, NLLEngine, NLLItem
-from services.standins import reinit_
+from dialscore_server.checkpoints.loading import LoadedModel, load_model
+from dialscore_server.nll.engine import EncodedItem, NLLEngine, NLLItem
+from dialscore_server.checkpoints.standins import reinit_
 
 TOL = 1e-4
 #: bf16 vs fp32 on the re-initialised gpt2 stand-in: per-item NLL within this many nats (measured
@@ -240,7 +240,7 @@ def test_bf16_close_to_fp32(stand_in_registry, models):
 
 def test_serving_option_reaches_engine():
     """`serving.prefix_reuse` is a validated serving option (default on)."""
-    from services.gateway.config import ServingOptions
+    from dialscore_server.gateway.config import ServingOptions
 
     assert ServingOptions().prefix_reuse is True
     assert ServingOptions.model_validate({"prefix_reuse": False}).prefix_reuse is False

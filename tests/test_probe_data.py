@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.probes.data import (
+from dialscore.probes.data import (
     CONNECTIVES,
     DIMENSIONS,
     Dialogue,
@@ -18,7 +18,7 @@ from clients.probes.data import (
     read_dialogues,
 )
 
-SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "cedar_sample.jsonl"
+from dialscore.probes import SAMPLE_DATA as SAMPLE
 
 
 def good(id: str = "d1", **over) -> dict:

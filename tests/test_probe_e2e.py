@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from clients.client import DialscoreClient
-from clients.probes.run import run_probes
+from dialscore.client import DialscoreClient
+from dialscore.probes.run import run_probes
 
 pytestmark = pytest.mark.serve
 
-SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "cedar_sample.jsonl"
+from dialscore.probes import SAMPLE_DATA as SAMPLE
 
 
 def test_trained_stand_in_passes_and_untrained_sits_at_chance(served, tmp_path):

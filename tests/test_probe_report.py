@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from clients.probes.corruptions import CATEGORY
-from clients.probes.report import (
+from dialscore.probes.corruptions import CATEGORY
+from dialscore.probes.report import (
     Report,
     ScoredPair,
     accuracy,

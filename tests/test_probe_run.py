@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from clients.cli import main
-from clients.client import AsyncDialscoreClient, DialscoreClient, RetryPolicy
-from clients.errors import OverloadedError
-from clients.probes.data import Dialogue, dump_dialogues, load_dialogues
-from clients.probes.run import arun_probes, plan_probes, run_probes
-from clients.types import ModelInfo
+from dialscore.cli import main
+from dialscore.client import AsyncDialscoreClient, DialscoreClient, RetryPolicy
+from dialscore.errors import OverloadedError
+from dialscore.probes.data import Dialogue, dump_dialogues, load_dialogues
+from dialscore.probes.run import arun_probes, plan_probes, run_probes
+from dialscore.types import ModelInfo
 from fake_dialscore_server import FAKE_MODELS, FakeServer
 
-SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "cedar_sample.jsonl"
+from dialscore.probes import SAMPLE_DATA as SAMPLE
 FAST = {"progress": False, "plots": False, "n_boot": 100}
 
 
@@ -210,7 +210,7 @@ def test_async_runner_matches_sync_runner(small_data, tmp_path):
 
 @pytest.fixture
 def fake_cli(monkeypatch):
-    from clients.commands import service_args
+    from dialscore.commands import service_args
 
     server = FakeServer()
 

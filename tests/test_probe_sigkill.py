@@ -17,20 +17,20 @@ from pathlib import Path
 import httpx
 import pytest
 
-from clients.client import DialscoreClient
-from clients.probes.data import load_dialogues
-from clients.probes.report import write_outputs
-from clients.probes.run import SCORES_FILE, ScoreStore, plan_probes
+from dialscore.client import DialscoreClient
+from dialscore.probes.data import load_dialogues
+from dialscore.probes.report import write_outputs
+from dialscore.probes.run import SCORES_FILE, ScoreStore, plan_probes
 
 pytestmark = pytest.mark.serve
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "examples" / "cedar_sample.jsonl"
+from dialscore.probes import SAMPLE_DATA as SAMPLE
 REPORT_FILES = ("pairs.csv", "pairs.jsonl", "summary.csv", "report.json", "tables.txt")
 
 
 def _probe(url: str, out: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "clients.cli", "probe", "--url", url, "--data", str(SAMPLE),
+    cmd = [sys.executable, "-m", "dialscore.cli", "probe", "--url", url, "--data", str(SAMPLE),
            "--models", "untrained-gpt2", "--settings", "attribution", "--out", str(out),
            "--chunk-size", "8", "--concurrency", "2", "--bootstrap", "50", "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
@@ -148,8 +148,8 @@ def test_sigkill_mid_run_then_resume_scores_every_item_once(served, tmp_path):
 def test_report_files_are_replaced_whole_or_not_at_all(served, tmp_path, monkeypatch):
     """A crash between writing a report file and renaming it over the old one (simulated: the
     rename fails) leaves the old file intact; the next write removes the temporary files."""
-    from clients.client import DialscoreClient as Client
-    from clients.probes.run import run_probes
+    from dialscore.client import DialscoreClient as Client
+    from dialscore.probes.run import run_probes
 
     with Client(served.url) as client:
         report = run_probes(client, load_dialogues(SAMPLE)[:4], ["untrained-gpt2"], ["attribution"],
@@ -157,7 +157,7 @@ def test_report_files_are_replaced_whole_or_not_at_all(served, tmp_path, monkeyp
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != SCORES_FILE}
     assert set(before) >= set(REPORT_FILES) | {"corruptions.png", "models.png"}
 
-    import clients.probes.report as report_module
+    import dialscore.probes.report as report_module
 
     def crash(src, dst):
         raise OSError("simulated crash before the rename")

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from services.registry import (
+from dialscore_server.checkpoints.registry import (
     PAPER_MODELS, STAND_IN_FOR, DialogueFormat, ModelConfig, Registry, UnknownModelError,
     paper_registry, stand_in_registry,
 )
@@ -185,7 +185,7 @@ def captured(monkeypatch):
 def test_loader_never_trusts_remote_code(captured, name, tmp_path, monkeypatch):
     """Hub ids and local paths, every family: trust_remote_code is never True (and never
     configurable: see test_invalid_configs_rejected)."""
-    from services.loading import load_model
+    from dialscore_server.checkpoints.loading import load_model
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "checkpoints" / "topical-gpt2").mkdir(parents=True)  # the user-supplied path
@@ -206,7 +206,7 @@ def test_loader_never_trusts_remote_code(captured, name, tmp_path, monkeypatch):
 
 
 def test_float16_on_cpu_is_refused(captured):
-    from services.loading import load_model
+    from dialscore_server.checkpoints.loading import load_model
 
     cfg = paper_registry().get("dialogpt-medium").model_copy(update={"dtype": "float16", "device": "cpu"})
     with pytest.raises(ValueError, match="float16"):
@@ -217,7 +217,7 @@ def test_float16_on_cpu_is_refused(captured):
 def test_resolve_device(monkeypatch):
     import torch
 
-    from services.loading import resolve_device
+    from dialscore_server.checkpoints.loading import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("auto") == "cpu"

@@ -21,13 +21,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from clients.client import DialscoreClient, RetryPolicy
-from clients.probes.data import load_dialogues
-from clients.probes.run import SCORES_FILE, plan_probes, run_probes
+from dialscore.client import DialscoreClient, RetryPolicy
+from dialscore.probes.data import load_dialogues
+from dialscore.probes.run import SCORES_FILE, plan_probes, run_probes
 
 pytestmark = pytest.mark.serve
 
-SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "cedar_sample.jsonl"
+from dialscore.probes import SAMPLE_DATA as SAMPLE
 RETRY = RetryPolicy(max_attempts=12, backoff_base=0.25, backoff_max=2.0, max_retry_after=3.0)
 
 

@@ -7,11 +7,11 @@ import asyncio
 
 import pytest
 
-from services.contradiction.engine import (
+from dialscore_server.contradiction.engine import (
     ContradictionDetector, DetectionJob, Evidence, NLIPairClassifier, Turn,
 )
-from services.nll.engine import ScoringInputError
-from services.rerank.engine import (
+from dialscore_server.nll.engine import ScoringInputError
+from dialscore_server.rerank.engine import (
     DEFAULT_NLL_WEIGHT, Reranker, RerankWeights, candidate_speaker, query_context,
 )
 
@@ -213,7 +213,7 @@ def test_query_splits_into_lines_with_alternating_speakers_ending_before_the_can
 
 
 def test_tei_request_orders_like_v1_rerank():
-    from services.rerank.protocol import RerankRequest, TEIRerankRequest, tei_results
+    from dialscore_server.rerank.protocol import RerankRequest, TEIRerankRequest, tei_results
 
     rr, _ = reranker({"I have no pets.": 0.9, "Every day.": 0.1, "Sometimes.": 0.1})
     cands = ["I have no pets.", "Every day.", "Sometimes."]
@@ -235,8 +235,8 @@ def test_tei_request_orders_like_v1_rerank():
 # ------------------------------------------------------------------------------------ real model
 @pytest.fixture(scope="module")
 def real_detector(stand_in_registry):
-    from services.loading import load_model
-    from services.standins import reinit_
+    from dialscore_server.checkpoints.loading import load_model
+    from dialscore_server.checkpoints.standins import reinit_
 
     loaded = load_model(stand_in_registry.get("roberta-large-anli"))
     reinit_(loaded.model, 0.3)

@@ -9,8 +9,8 @@ import re
 import httpx
 import pytest
 
-from services.nll.engine import NLLEngine, NLLItem
-from services.nll.protocol import NLLResponse
+from dialscore_server.nll.engine import NLLEngine, NLLItem
+from dialscore_server.nll.protocol import NLLResponse
 
 pytestmark = pytest.mark.serve
 
@@ -209,7 +209,7 @@ def test_health_models_metrics_and_docs(served):
 
 def test_documented_statuses_match_the_error_contract():
     """TEI's slip (docs promising 413 where code sends 422) cannot happen: one table feeds both."""
-    from services.errors import STATUS, error_responses
+    from dialscore_server.contract.errors import STATUS, error_responses
 
     for error_type, status in STATUS.items():
         assert status in error_responses(error_type)

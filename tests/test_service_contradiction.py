@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from services.contradiction.decode import read_decode
-from services.rerank.engine import query_context
+from dialscore_server.contradiction.decode import read_decode
+from dialscore_server.rerank.engine import query_context
 from tests.conftest import shared_file
 
 pytestmark = pytest.mark.serve

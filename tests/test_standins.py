@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from services.standins import KINDS, MARKER, build_stand_ins, is_stand_in
+from dialscore_server.checkpoints.standins import KINDS, MARKER, build_stand_ins, is_stand_in
 
 CLASSES = {
     "gpt2": ("AutoModelForCausalLM", "GPT2LMHeadModel"),
@@ -21,7 +21,7 @@ CLASSES = {
 @pytest.fixture(scope="module")
 def cli_built(tmp_path_factory):
     """All stand-ins built through the console command, into a fresh folder, with seed 0."""
-    from clients.cli import main
+    from dialscore.cli import main
 
     out = tmp_path_factory.mktemp("cli-stand-ins") / "si"
     assert main(["stand-ins", "build", str(out)]) == 0
@@ -39,7 +39,7 @@ def test_cli_builds_every_kind(cli_built, capsys):
 
 
 def test_cli_prints_stand_in_warning(tmp_path, capsys):
-    from clients.cli import main
+    from dialscore.cli import main
 
     # kinds already built (same seed) are kept, so this re-run only prints.
     build_stand_ins(tmp_path, kinds=["gpt2"])
@@ -118,7 +118,7 @@ def test_nli_label_orders(stand_ins):
 
 
 def test_stand_in_registry_loads_every_entry_as_stand_in(stand_in_registry):
-    from services.loading import load_model
+    from dialscore_server.checkpoints.loading import load_model
 
     for cfg in stand_in_registry:
         loaded = load_model(cfg)
@@ -128,7 +128,7 @@ def test_stand_in_registry_loads_every_entry_as_stand_in(stand_in_registry):
 
 def test_marker_detected_even_when_config_does_not_say(stand_in_registry):
     """A local checkpoint with the marker reports stand_in even if its config says otherwise."""
-    from services.loading import load_model
+    from dialscore_server.checkpoints.loading import load_model
 
     cfg = stand_in_registry.get("dialogpt-medium").model_copy(update={"stand_in": False})
     assert load_model(cfg).stand_in is True

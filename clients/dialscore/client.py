@@ -1,0 +1,648 @@
+"""HTTP clients for the dialscore service: :class:`DialscoreClient` (sync) and
+:class:`AsyncDialscoreClient` (asyncio), with the same methods.
+
+Built like httpx's own ``Client``/``AsyncClient``: a shared base builds requests, decides about
+retries and parses responses into typed results (:mod:`dialscore.types`); the two subclasses only
+differ in how they send and sleep. Example::
+
+    from dialscore.client import DialscoreClient
+
+    with DialscoreClient("http://127.0.0.1:8000") as client:
+        print([m.name for m in client.models()])
+        out = client.nll("dialogpt-medium", [{"context": ["Hi!"], "target": "Hello."}])
+        print(out.results[0].nll)
+
+Behaviour:
+
+* **Errors** become the exceptions of :mod:`dialscore.errors` (mirroring ``services/dialscore_server/contract/errors.py``);
+  each carries ``request``, ``response``, ``param`` and ``attempts``.
+* **Retries** (:class:`RetryPolicy`): statuses 408, 424, 429, 502, 503, 504 and dropped or failed
+  connections (httpx's ``NetworkError``, ``RemoteProtocolError`` and ``TimeoutException``) are
+  retried with exponential backoff and full jitter (a delay drawn uniformly from
+  ``[0, min(backoff_max, backoff_base * 2**(attempt-1))]``); a ``Retry-After`` header (seconds or
+  an HTTP date) replaces the drawn delay. Validation errors (422) and the other 4xx are never
+  retried. Every endpoint is a pure function of its input, so re-sending a POST is safe.
+* **Concurrency**: at most ``max_concurrency`` requests of one client are in flight at once
+  (an ``asyncio.Semaphore`` in the async client, a thread semaphore in the sync one); a request
+  waiting out its backoff does not hold a slot.
+* **Large jobs**: :meth:`DialscoreClient.nll_many` splits items into requests of at most
+  ``chunk_size`` items and ``max_chunk_bytes`` of JSON, sends them concurrently and returns the
+  results in the order of the items. A chunk refused as too large (413 without a per-item
+  ``param``) is split in two and re-sent.
+* **Auth**: ``token=`` or the ``DIALSCORE_TOKEN`` environment variable adds
+  ``Authorization: Bearer <token>``. The URL defaults to ``DIALSCORE_URL`` or
+  ``http://127.0.0.1:8000``.
+* **Tests** pass ``transport=httpx.MockTransport(handler)`` (or ``httpx.MockTransport`` with an
+  async handler for the async client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from dialscore.errors import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    PayloadTooLargeError,
+    ResponseValidationError,
+    error_class,
+)
+from dialscore.types import (
+    ContradictionResponse,
+    Health,
+    ModelInfo,
+    ModelList,
+    NLLItem,
+    NLLResponse,
+    NLLResult,
+    RerankResponse,
+    Turn,
+)
+
+__all__ = ["AsyncDialscoreClient", "DialscoreClient", "RetryPolicy", "DEFAULT_TIMEOUT", "DEFAULT_URL"]
+
+log = logging.getLogger("dialscore.client")
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+#: Scoring a big chunk on CPU can take a while: generous read timeout, short connect timeout.
+DEFAULT_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
+USER_AGENT = "dialscore-client/0.1.0"
+
+R = TypeVar("R", bound=BaseModel)
+ItemLike = NLLItem | Mapping[str, Any]
+TurnLike = Turn | Mapping[str, Any]
+#: ``on_chunk(offset, results)``: called once per finished chunk, in completion order; ``offset``
+#: is the index of the chunk's first item in the ``items`` given to ``nll_many``.
+ChunkCallback = Callable[[int, list[NLLResult]], None]
+
+#: Transport failures worth another try: the connection failed, dropped, or timed out.
+RETRYABLE_TRANSPORT_ERRORS: tuple[type[httpx.TransportError], ...] = (
+    httpx.NetworkError, httpx.RemoteProtocolError, httpx.TimeoutException,
+)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When and how long to wait before re-sending a request.
+
+    ``max_attempts`` counts every send, the first included (1 = never retry).
+    """
+
+    max_attempts: int = 5
+    backoff_base: float = 0.5
+    backoff_max: float = 30.0
+    #: A Retry-After longer than this is cut to it.
+    max_retry_after: float = 120.0
+    retry_statuses: frozenset[int] = frozenset({408, 424, 429, 502, 503, 504})
+    retry_connection_errors: bool = True
+
+    def backoff(self, attempt: int, rng: random.Random) -> float:
+        """Full-jitter delay after failed attempt number ``attempt`` (1-based)."""
+        cap = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
+        return rng.uniform(0.0, cap)
+
+
+NO_RETRY = RetryPolicy(max_attempts=1)
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date), or None."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _item_json(item: ItemLike) -> dict[str, Any]:
+    if isinstance(item, NLLItem):
+        return item.to_json()
+    if isinstance(item, Mapping):
+        return dict(item)
+    raise TypeError(f"an NLL item must be an NLLItem or a mapping, not {type(item).__name__}")
+
+
+def _turn_json(turn: TurnLike) -> dict[str, Any]:
+    if isinstance(turn, Turn):
+        return turn.to_json()
+    if isinstance(turn, Mapping):
+        return dict(turn)
+    raise TypeError(f"a turn must be a Turn or a mapping, not {type(turn).__name__}")
+
+
+def _dialogue_json(dialogue: Mapping[str, Any] | Sequence[TurnLike]) -> dict[str, Any]:
+    if isinstance(dialogue, Mapping):
+        out = dict(dialogue)
+        out["turns"] = [_turn_json(t) for t in dialogue.get("turns", [])]
+        return out
+    return {"turns": [_turn_json(t) for t in dialogue]}
+
+
+def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def plan_chunks(items: Sequence[dict[str, Any]], chunk_size: int,
+                max_chunk_bytes: int | None = None) -> list[tuple[int, list[dict[str, Any]]]]:
+    """Split items into ``(offset, chunk)`` runs of at most ``chunk_size`` items and (roughly, by
+    their JSON size) ``max_chunk_bytes``; an item bigger than the byte bound travels alone."""
+    if chunk_size < 1:
+        raise ValueError("chunk_size must be at least 1")
+    chunks: list[tuple[int, list[dict[str, Any]]]] = []
+    current: list[dict[str, Any]] = []
+    start, size = 0, 0
+    for i, item in enumerate(items):
+        n = len(json.dumps(item, ensure_ascii=False).encode()) + 1 if max_chunk_bytes else 0
+        if current and (len(current) >= chunk_size or (max_chunk_bytes and size + n > max_chunk_bytes)):
+            chunks.append((start, current))
+            current, start, size = [], i, 0
+        current.append(item)
+        size += n
+    if current:
+        chunks.append((start, current))
+    return chunks
+
+
+_ITEM_PARAM = re.compile(r"^items\[(\d+)\]")
+
+
+def _shift_param(exc: APIStatusError, offset: int) -> None:
+    """Make ``items[i]...`` in an error of a chunk name the item's index in the whole job."""
+    if exc.param and offset:
+        exc.param = _ITEM_PARAM.sub(lambda m: f"items[{int(m.group(1)) + offset}]", exc.param)
+
+
+def _splittable(exc: PayloadTooLargeError, n: int) -> bool:
+    """A 413 for the request as a whole (too many items or bytes), not for one item's text."""
+    return n > 1 and not _ITEM_PARAM.match(exc.param or "")
+
+
+class _BaseClient:
+    """What the sync and async clients share: configuration, request bodies, retry decisions and
+    response parsing."""
+
+    def __init__(self, base_url: str | None = None, *, token: str | None = None,
+                 timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT,
+                 retry: RetryPolicy | None = None, max_concurrency: int = 8,
+                 headers: Mapping[str, str] | None = None):
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        self.base_url = (base_url or os.environ.get("DIALSCORE_URL") or DEFAULT_URL).rstrip("/")
+        token = token if token is not None else os.environ.get("DIALSCORE_TOKEN") or None
+        self.headers: dict[str, str] = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
+        self.headers.update(headers or {})
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self.max_concurrency = max_concurrency
+        self._rng = random.Random()
+
+    # -- request bodies ------------------------------------------------------------------------
+
+    @staticmethod
+    def _nll_body(model: str, items: Sequence[ItemLike], return_tokens: bool,
+                  extra_body: Mapping[str, Any] | None) -> dict[str, Any]:
+        body = {"model": model, "items": [_item_json(i) for i in items], "return_tokens": return_tokens}
+        body.update(extra_body or {})
+        return body
+
+    @staticmethod
+    def _contradiction_body(dialogues, model, mode, threshold, evidence_threshold,
+                            extra_body) -> dict[str, Any]:
+        body = _drop_none({"model": model, "mode": mode, "threshold": threshold,
+                           "evidence_threshold": evidence_threshold})
+        body["dialogues"] = [_dialogue_json(d) for d in dialogues]
+        body.update(extra_body or {})
+        return body
+
+    @staticmethod
+    def _rerank_body(context, candidates, options: Mapping[str, Any],
+                     extra_body) -> dict[str, Any]:
+        body = {"context": [_turn_json(t) for t in context], "candidates": list(candidates)}
+        weights = options.get("weights")
+        body.update(_drop_none({**options, "weights": dict(weights) if weights is not None else None}))
+        body.update(extra_body or {})
+        return body
+
+    # -- retry decisions -----------------------------------------------------------------------
+
+    def _delay_after_response(self, response: httpx.Response, attempt: int) -> float | None:
+        """Seconds to wait before re-sending, or None to stop here."""
+        if response.status_code not in self.retry.retry_statuses or attempt >= self.retry.max_attempts:
+            return None
+        retry_after = parse_retry_after(response.headers.get("Retry-After"))
+        if retry_after is not None:
+            delay = min(retry_after, self.retry.max_retry_after)
+        else:
+            delay = self.retry.backoff(attempt, self._rng)
+        log.warning("%s %s -> %d; retry %d/%d in %.2f s", response.request.method,
+                    response.request.url.path, response.status_code, attempt,
+                    self.retry.max_attempts - 1, delay)
+        return delay
+
+    def _delay_after_exception(self, exc: httpx.TransportError, request: httpx.Request,
+                               attempt: int) -> float | None:
+        if (not self.retry.retry_connection_errors or attempt >= self.retry.max_attempts
+                or not isinstance(exc, RETRYABLE_TRANSPORT_ERRORS)):
+            return None
+        delay = self.retry.backoff(attempt, self._rng)
+        log.warning("%s %s: %s (%s); retry %d/%d in %.2f s", request.method, request.url.path,
+                    type(exc).__name__, exc, attempt, self.retry.max_attempts - 1, delay)
+        return delay
+
+    @staticmethod
+    def _connection_error(exc: httpx.TransportError, request: httpx.Request,
+                          attempt: int) -> APIConnectionError:
+        cls = APITimeoutError if isinstance(exc, httpx.TimeoutException) else APIConnectionError
+        return cls(f"{request.method} {request.url}: {type(exc).__name__}: {exc}",
+                   request=request, attempts=attempt)
+
+    # -- responses -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _status_error(response: httpx.Response, attempt: int) -> APIStatusError:
+        type_, message, param = None, None, None
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and isinstance(body.get("error"), dict):
+            err = body["error"]
+            type_ = err.get("type") if isinstance(err.get("type"), str) else None
+            message = err.get("message") if isinstance(err.get("message"), str) else None
+            param = err.get("param") if isinstance(err.get("param"), str) else None
+        if message is None:
+            text = response.text.strip()
+            message = (text[:300] or response.reason_phrase or "error")
+        cls = error_class(response.status_code, type_)
+        return cls(message, request=response.request, response=response, param=param,
+                   attempts=attempt, type=type_ or cls.error_type,
+                   retry_after=parse_retry_after(response.headers.get("Retry-After")))
+
+    def _parse(self, response: httpx.Response, cls: type[R], attempt: int) -> R:
+        if not response.is_success:
+            raise self._status_error(response, attempt)
+        try:
+            return cls.model_validate(response.json())
+        except (ValueError, ValidationError) as exc:
+            raise ResponseValidationError(
+                f"{response.request.method} {response.request.url.path}: the response does not "
+                f"parse as {cls.__name__}: {exc}", request=response.request, response=response,
+                attempts=attempt) from exc
+
+    @staticmethod
+    def _check_count(response: NLLResponse, n: int, request: httpx.Request | None) -> NLLResponse:
+        if len(response.results) != n:
+            raise ResponseValidationError(
+                f"sent {n} items, got {len(response.results)} results", request=request)
+        return response
+
+    @staticmethod
+    def _health(live: httpx.Response, ready: httpx.Response) -> Health:
+        try:
+            detail = ready.json()
+        except ValueError:
+            detail = ready.text or None
+        return Health(alive=live.is_success, ready=ready.is_success, detail=detail)
+
+
+class DialscoreClient(_BaseClient):
+    """Synchronous client. ``nll_many`` sends its chunks from a thread pool of
+    ``max_concurrency`` threads (``httpx.Client`` is thread-safe).
+
+    Arguments: ``base_url`` (default ``$DIALSCORE_URL`` or ``http://127.0.0.1:8000``),
+    ``token`` (default ``$DIALSCORE_TOKEN``), ``timeout`` (seconds or ``httpx.Timeout``),
+    ``retry`` (:class:`RetryPolicy`), ``max_concurrency``, ``headers``, ``transport``.
+    """
+
+    def __init__(self, base_url: str | None = None, *, token: str | None = None,
+                 timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT,
+                 retry: RetryPolicy | None = None, max_concurrency: int = 8,
+                 headers: Mapping[str, str] | None = None,
+                 transport: httpx.BaseTransport | None = None):
+        super().__init__(base_url, token=token, timeout=timeout, retry=retry,
+                         max_concurrency=max_concurrency, headers=headers)
+        self._limit = threading.BoundedSemaphore(max_concurrency)
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=self.headers, timeout=timeout, transport=transport,
+            limits=httpx.Limits(max_connections=max(max_concurrency, 10)))
+        self._sleep: Callable[[float], None] = time.sleep
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> DialscoreClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- sending -------------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, cls: type[R], json: Any = None) -> R:
+        request = self._http.build_request(method, path, json=json)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with self._limit:
+                    response = self._http.send(request)
+            except httpx.TransportError as exc:
+                delay = self._delay_after_exception(exc, request, attempt)
+                if delay is None:
+                    raise self._connection_error(exc, request, attempt) from exc
+                self._sleep(delay)
+                continue
+            delay = self._delay_after_response(response, attempt)
+            if delay is None:
+                return self._parse(response, cls, attempt)
+            response.close()
+            self._sleep(delay)
+
+    # -- endpoints -----------------------------------------------------------------------------
+
+    def models(self) -> list[ModelInfo]:
+        """``GET /v1/models``: the served models, their provenance and dialogue formats."""
+        return self._request("GET", "/v1/models", ModelList).models
+
+    def nll(self, model: str, items: Sequence[ItemLike], *, return_tokens: bool = False,
+            extra_body: Mapping[str, Any] | None = None) -> NLLResponse:
+        """``POST /v1/nll``: one request. Results keep the order of ``items``."""
+        body = self._nll_body(model, items, return_tokens, extra_body)
+        return self._check_count(self._request("POST", "/v1/nll", NLLResponse, body), len(items), None)
+
+    def nll_many(self, model: str, items: Sequence[ItemLike], *, chunk_size: int = 64,
+                 max_chunk_bytes: int | None = 1_000_000, return_tokens: bool = False,
+                 on_chunk: ChunkCallback | None = None) -> list[NLLResult]:
+        """Score any number of items in concurrent requests of bounded size; results in item order.
+
+        ``on_chunk(offset, results)`` runs in the calling thread as each chunk finishes (in
+        completion order), e.g. to save progress. On an error the chunks not yet started are
+        cancelled and the error is raised, its ``param`` naming the item's index in ``items``.
+        """
+        payloads = [_item_json(i) for i in items]
+        chunks = plan_chunks(payloads, chunk_size, max_chunk_bytes)
+        results: list[NLLResult | None] = [None] * len(payloads)
+
+        def run(offset: int, chunk: list[dict[str, Any]]) -> tuple[int, list[NLLResult]]:
+            try:
+                return offset, self._nll_chunk(model, chunk, return_tokens)
+            except APIStatusError as exc:
+                _shift_param(exc, offset)
+                raise
+
+        def take(offset: int, res: list[NLLResult]) -> None:
+            results[offset:offset + len(res)] = res
+            if on_chunk is not None:
+                on_chunk(offset, res)
+
+        if len(chunks) <= 1 or self.max_concurrency == 1:
+            for offset, chunk in chunks:
+                take(*run(offset, chunk))
+            return results  # type: ignore[return-value]
+        pool = ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(chunks)),
+                                  thread_name_prefix="dialscore-nll")
+        try:
+            pending = {pool.submit(run, offset, chunk) for offset, chunk in chunks}
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    take(*fut.result())
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        return results  # type: ignore[return-value]
+
+    def _nll_chunk(self, model: str, chunk: list[dict[str, Any]], return_tokens: bool) -> list[NLLResult]:
+        try:
+            return self.nll(model, chunk, return_tokens=return_tokens).results
+        except PayloadTooLargeError as exc:
+            if not _splittable(exc, len(chunk)):
+                raise
+            mid = len(chunk) // 2
+            log.warning("chunk of %d items refused as too large; splitting in two", len(chunk))
+            left = self._nll_chunk(model, chunk[:mid], return_tokens)
+            try:
+                return left + self._nll_chunk(model, chunk[mid:], return_tokens)
+            except APIStatusError as inner:
+                _shift_param(inner, mid)
+                raise
+
+    def contradiction(self, dialogues: Sequence[Mapping[str, Any] | Sequence[TurnLike]], *,
+                      model: str | None = None, mode: str | None = None,
+                      threshold: float | None = None, evidence_threshold: float | None = None,
+                      extra_body: Mapping[str, Any] | None = None) -> ContradictionResponse:
+        """``POST /v1/contradiction``. A dialogue is a list of turns or ``{"turns": [...]}``; a
+        turn is a :class:`~dialscore.types.Turn` or ``{"speaker", "text", "id"?}``."""
+        body = self._contradiction_body(dialogues, model, mode, threshold, evidence_threshold, extra_body)
+        return self._request("POST", "/v1/contradiction", ContradictionResponse, body)
+
+    def rerank(self, context: Sequence[TurnLike], candidates: Sequence[str], *,
+               top_n: int | None = None, nll_model: str | None = None,
+               weights: Mapping[str, float] | None = None, speaker: str | int | None = None,
+               mode: str | None = None, model: str | None = None, threshold: float | None = None,
+               evidence_threshold: float | None = None,
+               extra_body: Mapping[str, Any] | None = None) -> RerankResponse:
+        """``POST /v1/rerank``: candidates scored against the context, best first. Options left
+        at None take the server's defaults (``speaker``: who says the candidates, default the
+        most recent context speaker other than the last; ``mode``: structured/unstructured;
+        ``model``: the detector; ``threshold``/``evidence_threshold`` as in /v1/contradiction)."""
+        body = self._rerank_body(context, candidates, {
+            "top_n": top_n, "nll_model": nll_model, "weights": weights, "speaker": speaker,
+            "mode": mode, "model": model, "threshold": threshold,
+            "evidence_threshold": evidence_threshold}, extra_body)
+        return self._request("POST", "/v1/rerank", RerankResponse, body)
+
+    def health(self) -> Health:
+        """``GET /healthz`` and ``GET /readyz``, once each, never retried and never raising:
+        an unreachable server gives ``alive=False`` with the reason in ``error``."""
+        try:
+            live = self._http.get("/healthz")
+            ready = self._http.get("/readyz")
+        except httpx.TransportError as exc:
+            return Health(alive=False, ready=False, error=f"{type(exc).__name__}: {exc}")
+        return self._health(live, ready)
+
+    def wait_ready(self, timeout: float = 120.0, interval: float = 0.5) -> Health:
+        """Poll :meth:`health` until the server is ready; ``TimeoutError`` after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            health = self.health()
+            if health.ready:
+                return health
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{self.base_url} not ready after {timeout:.0f} s: "
+                                   f"{health.error or health.detail}")
+            self._sleep(interval)
+
+
+class AsyncDialscoreClient(_BaseClient):
+    """Asynchronous client, method for method the same as :class:`DialscoreClient`; at most
+    ``max_concurrency`` requests are in flight (an ``asyncio.Semaphore``)."""
+
+    def __init__(self, base_url: str | None = None, *, token: str | None = None,
+                 timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT,
+                 retry: RetryPolicy | None = None, max_concurrency: int = 8,
+                 headers: Mapping[str, str] | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None):
+        super().__init__(base_url, token=token, timeout=timeout, retry=retry,
+                         max_concurrency=max_concurrency, headers=headers)
+        self._limit = asyncio.Semaphore(max_concurrency)
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=self.headers, timeout=timeout, transport=transport,
+            limits=httpx.Limits(max_connections=max(max_concurrency, 10)))
+        self._sleep: Callable[[float], Any] = asyncio.sleep
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncDialscoreClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _request(self, method: str, path: str, cls: type[R], json: Any = None) -> R:
+        request = self._http.build_request(method, path, json=json)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with self._limit:
+                    response = await self._http.send(request)
+            except httpx.TransportError as exc:
+                delay = self._delay_after_exception(exc, request, attempt)
+                if delay is None:
+                    raise self._connection_error(exc, request, attempt) from exc
+                await self._sleep(delay)
+                continue
+            delay = self._delay_after_response(response, attempt)
+            if delay is None:
+                return self._parse(response, cls, attempt)
+            await response.aclose()
+            await self._sleep(delay)
+
+    async def models(self) -> list[ModelInfo]:
+        """``GET /v1/models``: the served models, their provenance and dialogue formats."""
+        return (await self._request("GET", "/v1/models", ModelList)).models
+
+    async def nll(self, model: str, items: Sequence[ItemLike], *, return_tokens: bool = False,
+                  extra_body: Mapping[str, Any] | None = None) -> NLLResponse:
+        """``POST /v1/nll``: one request. Results keep the order of ``items``."""
+        body = self._nll_body(model, items, return_tokens, extra_body)
+        return self._check_count(await self._request("POST", "/v1/nll", NLLResponse, body),
+                                 len(items), None)
+
+    async def nll_many(self, model: str, items: Sequence[ItemLike], *, chunk_size: int = 64,
+                       max_chunk_bytes: int | None = 1_000_000, return_tokens: bool = False,
+                       on_chunk: ChunkCallback | None = None) -> list[NLLResult]:
+        """As :meth:`DialscoreClient.nll_many`: chunks run as concurrent tasks (bounded by the
+        semaphore); on an error the other tasks are cancelled and the error is raised."""
+        payloads = [_item_json(i) for i in items]
+        chunks = plan_chunks(payloads, chunk_size, max_chunk_bytes)
+        results: list[NLLResult | None] = [None] * len(payloads)
+
+        async def run(offset: int, chunk: list[dict[str, Any]]) -> tuple[int, list[NLLResult]]:
+            try:
+                return offset, await self._nll_chunk(model, chunk, return_tokens)
+            except APIStatusError as exc:
+                _shift_param(exc, offset)
+                raise
+
+        tasks = [asyncio.ensure_future(run(offset, chunk)) for offset, chunk in chunks]
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                offset, res = await next_done
+                results[offset:offset + len(res)] = res
+                if on_chunk is not None:
+                    on_chunk(offset, res)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return results  # type: ignore[return-value]
+
+    async def _nll_chunk(self, model: str, chunk: list[dict[str, Any]],
+                         return_tokens: bool) -> list[NLLResult]:
+        try:
+            return (await self.nll(model, chunk, return_tokens=return_tokens)).results
+        except PayloadTooLargeError as exc:
+            if not _splittable(exc, len(chunk)):
+                raise
+            mid = len(chunk) // 2
+            log.warning("chunk of %d items refused as too large; splitting in two", len(chunk))
+            left = await self._nll_chunk(model, chunk[:mid], return_tokens)
+            try:
+                return left + await self._nll_chunk(model, chunk[mid:], return_tokens)
+            except APIStatusError as inner:
+                _shift_param(inner, mid)
+                raise
+
+    async def contradiction(self, dialogues: Sequence[Mapping[str, Any] | Sequence[TurnLike]], *,
+                            model: str | None = None, mode: str | None = None,
+                            threshold: float | None = None, evidence_threshold: float | None = None,
+                            extra_body: Mapping[str, Any] | None = None) -> ContradictionResponse:
+        """``POST /v1/contradiction`` (see :meth:`DialscoreClient.contradiction`)."""
+        body = self._contradiction_body(dialogues, model, mode, threshold, evidence_threshold, extra_body)
+        return await self._request("POST", "/v1/contradiction", ContradictionResponse, body)
+
+    async def rerank(self, context: Sequence[TurnLike], candidates: Sequence[str], *,
+                     top_n: int | None = None, nll_model: str | None = None,
+                     weights: Mapping[str, float] | None = None, speaker: str | int | None = None,
+                     mode: str | None = None, model: str | None = None,
+                     threshold: float | None = None, evidence_threshold: float | None = None,
+                     extra_body: Mapping[str, Any] | None = None) -> RerankResponse:
+        """``POST /v1/rerank`` (see :meth:`DialscoreClient.rerank`)."""
+        body = self._rerank_body(context, candidates, {
+            "top_n": top_n, "nll_model": nll_model, "weights": weights, "speaker": speaker,
+            "mode": mode, "model": model, "threshold": threshold,
+            "evidence_threshold": evidence_threshold}, extra_body)
+        return await self._request("POST", "/v1/rerank", RerankResponse, body)
+
+    async def health(self) -> Health:
+        """``GET /healthz`` and ``GET /readyz`` (see :meth:`DialscoreClient.health`)."""
+        try:
+            live = await self._http.get("/healthz")
+            ready = await self._http.get("/readyz")
+        except httpx.TransportError as exc:
+            return Health(alive=False, ready=False, error=f"{type(exc).__name__}: {exc}")
+        return self._health(live, ready)
+
+    async def wait_ready(self, timeout: float = 120.0, interval: float = 0.5) -> Health:
+        """Poll :meth:`health` until the server is ready; ``TimeoutError`` after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            health = await self.health()
+            if health.ready:
+                return health
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{self.base_url} not ready after {timeout:.0f} s: "
+                                   f"{health.error or health.detail}")
+            await self._sleep(interval)

@@ -1,0 +1,465 @@
+"""Metrics, tables, files and plots of a probe run.
+
+Metrics (spec section 2), per group of scored pairs:
+
+* **accuracy**: the share of pairs where the valid explanation's NLL is *strictly* lower than the
+  corrupted one's (a tie is a miss); chance is 0.5.
+* **mean ΔNLL**: the mean of ``NLL(corrupted) - NLL(valid)``; positive means the model prefers
+  the valid explanation.
+* **95% CI of the accuracy**: percentile bootstrap over the group's pairs (resampled with
+  replacement, ``n_boot`` times, default 1000), from a generator seeded with the run's seed and
+  the group's key, so a report is reproducible. Pairs are treated as independent (they are not
+  quite: one valid explanation meets six corruptions); with few pairs the interval is wide.
+
+Groups: model x setting x dataset x category, and model x setting x dataset x corruption, each
+also with ``dataset == "all"`` (every dataset pooled). A category group has
+``corruption == "all"``.
+
+Files (:func:`write_outputs`): ``pairs.csv`` and ``pairs.jsonl`` (one row per scored pair, so any
+figure can be recomputed), ``summary.csv`` (one row per group), ``report.json`` (groups, model
+provenance, format choices, skips, run configuration), ``tables.txt`` (the terminal tables), and
+``corruptions.png`` (per-corruption breakdown, like the paper's Figure 7) and ``models.png``
+(model comparison per dataset and category, like Figures 5/6).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import os
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dialscore.probes.corruptions import CATEGORY, CORRUPTIONS
+
+__all__ = ["PAPER_DATASETS", "GroupMetrics", "Report", "ScoredPair", "accuracy", "bootstrap_ci", "render_table",
+           "format_tables", "mean_delta", "plot_corruptions", "plot_models", "summarize",
+           "write_outputs"]
+
+PAPER_DATASETS: tuple[str, ...] = ("DailyDialog", "EmpatheticDialogues", "MuTual", "SocialIQA")
+CATEGORIES: tuple[str, ...] = ("logical", "complete")
+SETTING_TITLES = {"inference": "Inference probing: NLL(R | E, H)",
+                  "attribution": "Attribution probing: NLL(E | H, R, why)"}
+
+
+@dataclass(frozen=True)
+class ScoredPair:
+    """A valid explanation and a corruption of it, both scored by one model in one setting."""
+
+    pair_id: str
+    model: str
+    setting: str
+    dataset: str
+    dialogue_id: str
+    explanation_index: int
+    dimension: str
+    corruption: str
+    category: str
+    valid_text: str
+    corrupted_text: str
+    nll_valid: float
+    nll_corrupted: float
+    #: True when the source of either item was cut from the left to fit the model's window.
+    truncated: bool = False
+
+    @property
+    def delta(self) -> float:
+        """NLL(corrupted) - NLL(valid): positive when the model prefers the valid explanation."""
+        return self.nll_corrupted - self.nll_valid
+
+    @property
+    def correct(self) -> bool:
+        """The valid explanation got strictly lower NLL (ties are misses)."""
+        return self.nll_valid < self.nll_corrupted
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "delta": self.delta, "correct": self.correct}
+
+
+PAIR_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(ScoredPair)) + ("delta", "correct")
+
+
+def accuracy(pairs: Sequence[ScoredPair]) -> float | None:
+    """Share of pairs with the valid NLL strictly lower; None for no pairs."""
+    return sum(p.correct for p in pairs) / len(pairs) if pairs else None
+
+
+def mean_delta(pairs: Sequence[ScoredPair]) -> float | None:
+    """Mean of NLL(corrupted) - NLL(valid); None for no pairs."""
+    return sum(p.delta for p in pairs) / len(pairs) if pairs else None
+
+
+def _group_seed(seed: int, key: Sequence[str]) -> int:
+    return int.from_bytes(hashlib.sha256(json.dumps([seed, *key]).encode()).digest()[:8], "big")
+
+
+def bootstrap_ci(outcomes: Sequence[bool], seed: int, n_boot: int = 1000,
+                 level: float = 0.95) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the mean of 0/1 outcomes; None for no outcomes.
+
+    Resampling n outcomes with replacement and counting successes is a Binomial(n, k/n) draw, so
+    that is what is drawn (the same distribution, without materialising the resamples)."""
+    n = len(outcomes)
+    if n == 0:
+        return None
+    k = sum(bool(o) for o in outcomes)
+    rng = np.random.Generator(np.random.PCG64(seed))
+    means = rng.binomial(n, k / n, size=n_boot) / n
+    alpha = (1.0 - level) / 2
+    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
+    return float(lo), float(hi)
+
+
+@dataclass(frozen=True)
+class GroupMetrics:
+    model: str
+    setting: str
+    dataset: str          # a dataset name, or "all"
+    category: str         # logical | complete
+    corruption: str       # a corruption type, or "all" for a category group
+    n: int
+    correct: int
+    accuracy: float | None
+    ci_low: float | None
+    ci_high: float | None
+    mean_delta: float | None
+    ties: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+GROUP_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(GroupMetrics))
+
+
+def _metrics(key: tuple[str, str, str, str, str], pairs: Sequence[ScoredPair], seed: int,
+             n_boot: int) -> GroupMetrics:
+    ci = bootstrap_ci([p.correct for p in pairs], _group_seed(seed, key), n_boot)
+    return GroupMetrics(*key, n=len(pairs), correct=sum(p.correct for p in pairs),
+                        accuracy=accuracy(pairs), ci_low=ci[0] if ci else None,
+                        ci_high=ci[1] if ci else None, mean_delta=mean_delta(pairs),
+                        ties=sum(p.nll_valid == p.nll_corrupted for p in pairs))
+
+
+def summarize(pairs: Iterable[ScoredPair], seed: int = 0, n_boot: int = 1000) -> list[GroupMetrics]:
+    """Metrics per model x setting x (dataset | all) x (category | corruption), sorted."""
+    buckets: dict[tuple[str, str, str, str, str], list[ScoredPair]] = defaultdict(list)
+    for p in pairs:
+        for dataset in (p.dataset, "all"):
+            buckets[(p.model, p.setting, dataset, p.category, "all")].append(p)
+            buckets[(p.model, p.setting, dataset, p.category, p.corruption)].append(p)
+    return [_metrics(key, buckets[key], seed, n_boot) for key in sorted(buckets, key=_group_order)]
+
+
+def _dataset_order(name: str) -> tuple[int, str]:
+    if name == "all":
+        return (2, "")
+    return (0, f"{PAPER_DATASETS.index(name):02d}") if name in PAPER_DATASETS else (1, name)
+
+
+def _group_order(key: tuple[str, str, str, str, str]) -> tuple:
+    model, setting, dataset, category, corruption = key
+    return (setting != "inference", setting, model, _dataset_order(dataset),
+            CATEGORIES.index(category) if category in CATEGORIES else 9,
+            -1 if corruption == "all" else CORRUPTIONS.index(corruption))
+
+
+def ordered_datasets(names: Iterable[str]) -> list[str]:
+    return sorted(set(names) - {"all"}, key=_dataset_order)
+
+
+# ----------------------------------------------------------------------------------- Report
+
+@dataclass
+class Report:
+    """The outcome of a probe run: the scored pairs, their metrics, and what produced them.
+
+    ``models`` maps each model name to its provenance as the server reported it (source,
+    revision, stand_in, ...) plus the format choices used (``explanation_placement``,
+    ``why_turn``). ``skipped`` lists the corruptions that could not be made, with counts.
+    """
+
+    pairs: list[ScoredPair]
+    groups: list[GroupMetrics]
+    models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    out_dir: Path | None = None
+    files: dict[str, str] = field(default_factory=dict)
+
+    def metrics(self, model: str, setting: str, *, dataset: str = "all", category: str | None = None,
+                corruption: str = "all") -> GroupMetrics:
+        """One group's metrics, e.g. ``report.metrics("m", "attribution", category="complete")``.
+        Give a ``corruption`` or a ``category`` (a corruption implies its category)."""
+        if corruption != "all":
+            category = CATEGORY[corruption]
+        if category is None:
+            raise ValueError("give a category (logical, complete) or a corruption")
+        for g in self.groups:
+            if (g.model, g.setting, g.dataset, g.category, g.corruption) == (
+                    model, setting, dataset, category, corruption):
+                return g
+        raise KeyError(f"no pairs for {model}/{setting}/{dataset}/{category}/{corruption}")
+
+    def table(self) -> str:
+        """The terminal tables (paper Table 1/2 layout, then per corruption)."""
+        return format_tables(self.groups, self.models, self.skipped)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"config": self.config, "models": self.models, "skipped": self.skipped,
+                "groups": [g.to_dict() for g in self.groups], "files": self.files,
+                "metrics": {"accuracy": "share of pairs with NLL(valid) < NLL(corrupted); ties are misses",
+                            "mean_delta": "mean of NLL(corrupted) - NLL(valid)",
+                            "ci": "95% percentile bootstrap of the accuracy",
+                            "n_boot": self.config.get("n_boot")}}
+
+
+# ----------------------------------------------------------------------------------- tables
+
+def _cell(g: GroupMetrics | None) -> str:
+    if g is None or g.accuracy is None:
+        return "-"
+    return f"{g.accuracy:.2f} / {g.mean_delta:+.2f}"
+
+
+def render_table(rows: list[list[str]], header_rows: int, right: set[int] = frozenset()) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        cells = [c.rjust(w) if (i in right and n >= header_rows) else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+        if n == header_rows - 1:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _format_note(models: Mapping[str, Mapping[str, Any]], setting: str) -> str:
+    notes = []
+    for name, info in models.items():
+        fmt = info.get("format_choices", {})
+        assumed = "" if fmt.get("reported_by_server", True) else " [format not reported: default]"
+        if setting == "inference":
+            notes.append(f"{name}: explanation {fmt.get('explanation_placement', '?').replace('_', ' ')}"
+                         f"{assumed}")
+        else:
+            notes.append(f"{name}: why turn {fmt.get('why_turn', '?')!r}{assumed}")
+    return "; ".join(notes)
+
+
+def format_tables(groups: Sequence[GroupMetrics], models: Mapping[str, Mapping[str, Any]] | None = None,
+                  skipped: Sequence[Mapping[str, Any]] = ()) -> str:
+    """Plain-text tables: per setting, models x (dataset x category) with "accuracy / ΔNLL" cells
+    (the paper's Table 1/2 layout), then a long table per corruption with counts and 95% CIs."""
+    models = models or {}
+    index = {(g.model, g.setting, g.dataset, g.category, g.corruption): g for g in groups}
+    out: list[str] = []
+    stand_ins = sorted(n for n, m in models.items() if m.get("stand_in"))
+    if stand_ins:
+        out.append(f"NOTE: STAND-IN models with random weights: {', '.join(stand_ins)}. Expect "
+                   "chance-level accuracy (about 0.5) and ΔNLL near 0 from them: their numbers show "
+                   "the pipeline working, not a model's commonsense.\n")
+    settings = sorted({g.setting for g in groups}, key=lambda s: (s != "inference", s))
+    for setting in settings:
+        names = sorted({g.model for g in groups if g.setting == setting})
+        datasets = ordered_datasets(g.dataset for g in groups if g.setting == setting) + ["all"]
+        out.append(f"{SETTING_TITLES.get(setting, setting)} -- accuracy / mean ΔNLL")
+        note = _format_note({n: models[n] for n in names if n in models}, setting)
+        if note:
+            out.append(f"({note})")
+        top, sub, counts = ["model"], [""], ["(pairs)"]
+        body = []
+        for ds in datasets:
+            for i, cat in enumerate(CATEGORIES):
+                top.append(("All datasets" if ds == "all" else ds) if i == 0 else "")
+                sub.append(cat)
+                ns = {index[k].n for k in index if k[1:] == (setting, ds, cat, "all")}
+                counts.append(("n=" + str(ns.pop()) if len(ns) == 1 else "n varies") if ns else "-")
+        for name in names:
+            row = [name]
+            for ds in datasets:
+                for cat in CATEGORIES:
+                    row.append(_cell(index.get((name, setting, ds, cat, "all"))))
+            body.append(row)
+        out.append(render_table([top, sub] + body + [counts], header_rows=2))
+        out.append("")
+        out.append(f"{SETTING_TITLES.get(setting, setting)} -- per corruption, all datasets")
+        rows = [["model", "corruption", "category", "n", "accuracy", "95% CI", "mean ΔNLL", "ties"]]
+        for name in names:
+            for c in CORRUPTIONS:
+                g = index.get((name, setting, "all", CATEGORY[c], c))
+                if g is None or g.accuracy is None:
+                    continue
+                rows.append([name, c, g.category, str(g.n), f"{g.accuracy:.3f}",
+                             f"[{g.ci_low:.2f}, {g.ci_high:.2f}]", f"{g.mean_delta:+.3f}", str(g.ties)])
+        out.append(render_table(rows, header_rows=1, right={3, 4, 6, 7}))
+        out.append("")
+    if skipped:
+        out.append("Skipped corruptions (no material; not scored): " + "; ".join(
+            f"{s['corruption']}: {s['reason']} x{s['count']}" for s in skipped))
+    return "\n".join(out).rstrip() + "\n"
+
+
+# ----------------------------------------------------------------------------------- files
+
+_replace = os.replace  # the one step that publishes a file (tests simulate a crash before it)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write a file so that readers see the old content or the new, never a mix: a temporary
+    file beside it (``.NAME.*.tmp``), fsynced, renamed over it, and the folder fsynced. A process
+    killed midway leaves at most the temporary file, which the next :func:`write_outputs` removes."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; reports are meant to be shared
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        _replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:  # the rename itself survives a power cut only once the folder is synced
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """:func:`atomic_write_bytes` of UTF-8 text (newlines written as given)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _save_figure(fig, path: str | Path) -> None:
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format=Path(path).suffix.lstrip(".") or "png")
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def remove_stale_temporaries(out_dir: str | Path, names: Iterable[str]) -> list[Path]:
+    """Delete the ``.NAME.*.tmp`` files an earlier, killed run left behind for `names`."""
+    removed = []
+    for name in names:
+        for tmp in Path(out_dir).glob(f".{name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def _csv(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buf.getvalue()
+
+
+def write_outputs(report: Report, out_dir: str | Path, *, plots: bool = True) -> dict[str, str]:
+    """Write the report's files into ``out_dir``; returns ``{kind: path}``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"pairs_csv": out / "pairs.csv", "pairs_jsonl": out / "pairs.jsonl",
+             "summary_csv": out / "summary.csv", "report_json": out / "report.json",
+             "tables": out / "tables.txt"}
+    remove_stale_temporaries(out, [p.name for p in files.values()] + ["corruptions.png", "models.png"])
+    pair_rows = [p.to_dict() for p in report.pairs]
+    atomic_write_text(files["pairs_csv"], _csv(pair_rows, PAIR_COLUMNS))
+    atomic_write_text(files["pairs_jsonl"], "".join(
+        json.dumps(r, ensure_ascii=False) + "\n" for r in pair_rows))
+    atomic_write_text(files["summary_csv"], _csv((g.to_dict() for g in report.groups), GROUP_COLUMNS))
+    atomic_write_text(files["tables"], report.table())
+    if plots and report.pairs:
+        files["corruptions_png"] = out / "corruptions.png"
+        files["models_png"] = out / "models.png"
+        plot_corruptions(report.groups, files["corruptions_png"], report.models)
+        plot_models(report.groups, files["models_png"], report.models)
+    report.files = {k: str(v) for k, v in files.items()}
+    report.out_dir = out
+    atomic_write_text(files["report_json"], json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
+    return report.files
+
+
+# ----------------------------------------------------------------------------------- plots
+
+def _bars(ax, labels: Sequence[str], series: Mapping[str, Sequence[GroupMetrics | None]],
+          title: str) -> None:
+    """Grouped accuracy bars with 95% CI whiskers and the chance line."""
+    n_series = max(1, len(series))
+    width = 0.8 / n_series
+    x = np.arange(len(labels))
+    for k, (name, gs) in enumerate(series.items()):
+        acc = [g.accuracy if g and g.accuracy is not None else math.nan for g in gs]
+        lo = [a - g.ci_low if g and g.ci_low is not None else 0.0 for a, g in zip(acc, gs)]
+        hi = [g.ci_high - a if g and g.ci_high is not None else 0.0 for a, g in zip(acc, gs)]
+        ax.bar(x - 0.4 + width * (k + 0.5), acc, width, yerr=[lo, hi], capsize=2, label=name)
+    ax.axhline(0.5, color="grey", linestyle="--", linewidth=1)
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("accuracy")
+    ax.set_title(title, fontsize=10)
+
+
+def _figure(n_rows: int, n_cols: int):
+    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+
+    fig = Figure(figsize=(4.2 * n_cols + 1, 3.2 * n_rows + 0.6), layout="constrained")
+    axes = fig.subplots(n_rows, n_cols, squeeze=False)
+    return fig, axes
+
+
+def _label(name: str, models: Mapping[str, Mapping[str, Any]] | None) -> str:
+    return f"{name} (stand-in)" if models and models.get(name, {}).get("stand_in") else name
+
+
+def plot_corruptions(groups: Sequence[GroupMetrics], path: str | Path,
+                     models: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    """Per-corruption accuracy (all datasets), one panel per setting, one bar per model
+    (like the paper's Figure 7)."""
+    index = {(g.model, g.setting, g.dataset, g.corruption): g for g in groups}
+    settings = sorted({g.setting for g in groups}, key=lambda s: (s != "inference", s))
+    fig, axes = _figure(1, len(settings))
+    for ax, setting in zip(axes[0], settings):
+        names = sorted({g.model for g in groups if g.setting == setting})
+        series = {_label(n, models): [index.get((n, setting, "all", c)) for c in CORRUPTIONS]
+                  for n in names}
+        _bars(ax, [f"{c}\n({CATEGORY[c]})" for c in CORRUPTIONS], series, f"{setting}: by corruption")
+    axes[0][0].legend(fontsize=7)
+    _save_figure(fig, path)
+
+
+def plot_models(groups: Sequence[GroupMetrics], path: str | Path,
+                models: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    """Model comparison: accuracy per dataset, one panel per setting x category
+    (like the paper's Figures 5/6)."""
+    index = {(g.model, g.setting, g.dataset, g.category, g.corruption): g for g in groups}
+    settings = sorted({g.setting for g in groups}, key=lambda s: (s != "inference", s))
+    datasets = ordered_datasets(g.dataset for g in groups) + ["all"]
+    fig, axes = _figure(len(settings), len(CATEGORIES))
+    for r, setting in enumerate(settings):
+        names = sorted({g.model for g in groups if g.setting == setting})
+        for c, cat in enumerate(CATEGORIES):
+            series = {_label(n, models): [index.get((n, setting, ds, cat, "all")) for ds in datasets]
+                      for n in names}
+            _bars(axes[r][c], datasets, series, f"{setting}, {cat} corruptions")
+    axes[0][0].legend(fontsize=7)
+    _save_figure(fig, path)
+

@@ -1,0 +1,386 @@
+"""The CEDAR probe runner: build every item, score it over HTTP, compare, report.
+
+For a dialogue with history H, response R and a valid explanation E (text
+``"antecedent connective consequent"``), each corruption E' gives one pair per model and setting:
+
+* **inference**: ``NLL(R | E, H)`` vs ``NLL(R | E', H)``; the item is
+  ``{"context": H, "knowledge": E, "target": R}``: the server places the explanation where the
+  model's dialogue format says (``knowledge_position``, default before the history).
+* **attribution**: ``NLL(E | H, R, why)`` vs ``NLL(E' | H, R, why)``; the item is
+  ``{"context": H + [R, why_turn], "target": E}``, ``why_turn`` taken from the model's format in
+  ``GET /v1/models`` (default ``"Why?"`` when the server does not report a format).
+
+Every pair's two items are built, identical items (same model, setting, context, knowledge and
+target; the valid item is shared by a valid explanation's six corruptions) are scored once, in
+chunks of bounded size sent concurrently by the client, with a progress bar.
+
+**Resume.** Each scored item is appended to ``<out>/scores.jsonl`` as soon as its chunk returns
+(one write per chunk, flushed and fsynced), under a stable id: a SHA-256 of the model's
+provenance (name, source, revision, family, max_length, dtype, dialogue format), the setting,
+the context, the knowledge and the target. A re-run with the same inputs reads the file and
+sends only the items it lacks, so a run that dies halfway resumes instead of restarting; a
+server whose model changed (another revision or format) gets its items scored afresh. A torn
+last line (a crash mid-write) is ignored and its items re-scored.
+
+Entry points: :func:`run_probes` (sync client) and :func:`arun_probes` (async client), both
+returning a :class:`~dialscore.probes.report.Report` whose files are written into ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import difflib
+import hashlib
+import json
+import os
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dialscore.client import AsyncDialscoreClient, DialscoreClient
+from dialscore.probes.corruptions import CORRUPTIONS, CorruptedPair, CorruptionSet, corrupt_dialogues
+from dialscore.probes.data import Dialogue, load_dialogues
+from dialscore.probes.report import Report, ScoredPair, summarize, write_outputs
+from dialscore.types import ModelFormat, ModelInfo, NLLResult
+
+__all__ = ["SETTINGS", "ProbeItem", "ProbePlan", "ScoreStore", "arun_probes", "plan_probes",
+           "run_probes"]
+
+SETTINGS: tuple[str, ...] = ("inference", "attribution")
+DEFAULT_WHY_TURN = "Why?"
+DEFAULT_PLACEMENT = "before_history"
+SCORES_FILE = "scores.jsonl"
+
+
+@dataclass(frozen=True)
+class ProbeItem:
+    """One NLL request item of one model in one setting, with its stable id."""
+
+    id: str
+    model: str
+    setting: str
+    context: tuple[str, ...]
+    knowledge: str | None
+    target: str
+
+    def payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"context": list(self.context), "target": self.target}
+        if self.knowledge is not None:
+            out["knowledge"] = self.knowledge
+        return out
+
+
+def format_choices(info: ModelInfo) -> dict[str, Any]:
+    """Where the explanation goes and what the why turn says, for a model (the report states them)."""
+    fmt = info.format or ModelFormat()
+    return {"explanation_placement": fmt.knowledge_position or DEFAULT_PLACEMENT,
+            "why_turn": fmt.why_turn or DEFAULT_WHY_TURN,
+            "reported_by_server": info.format is not None}
+
+
+def model_fingerprint(info: ModelInfo) -> dict[str, Any]:
+    """What decides a model's NLLs, as the server reports it (device left out on purpose)."""
+    return {"name": info.name, "source": info.source, "revision": info.revision,
+            "family": info.family, "max_length": info.max_length, "dtype": info.dtype,
+            "format": info.format.model_dump() if info.format is not None else None}
+
+
+def item_id(fingerprint: dict[str, Any], setting: str, context: Sequence[str],
+            knowledge: str | None, target: str) -> str:
+    blob = json.dumps([fingerprint, setting, list(context), knowledge, target],
+                      ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+@dataclass
+class PlannedPair:
+    model: str
+    setting: str
+    pair: CorruptedPair
+    valid_id: str
+    corrupted_id: str
+
+    @property
+    def pair_id(self) -> str:
+        return f"{self.model}|{self.setting}|{self.pair.pair_key}"
+
+
+@dataclass
+class ProbePlan:
+    """Everything to score: the pairs, and the distinct items they need (by id, in first-use order)."""
+
+    pairs: list[PlannedPair] = field(default_factory=list)
+    items: dict[str, ProbeItem] = field(default_factory=dict)
+    corruptions: CorruptionSet = field(default_factory=CorruptionSet)
+    n_item_refs: int = 0
+
+    def items_of(self, model: str) -> list[ProbeItem]:
+        return [i for i in self.items.values() if i.model == model]
+
+
+def plan_probes(dialogues: Sequence[Dialogue], models: Sequence[ModelInfo],
+                settings: Sequence[str] = SETTINGS, seed: int = 0,
+                corruptions: Sequence[str] = CORRUPTIONS) -> ProbePlan:
+    """Build every pair and its two items, deduplicating identical items."""
+    bad = [s for s in settings if s not in SETTINGS]
+    if bad:
+        raise ValueError(f"unknown setting(s) {bad}; expected some of {', '.join(SETTINGS)}")
+    by_id = {d.id: d for d in dialogues}
+    plan = ProbePlan(corruptions=corrupt_dialogues(dialogues, seed, corruptions))
+
+    for info in models:
+        fp = model_fingerprint(info)
+        why = format_choices(info)["why_turn"]
+        for setting in settings:
+            def item(context: tuple[str, ...], knowledge: str | None, target: str) -> str:
+                iid = item_id(fp, setting, context, knowledge, target)
+                plan.items.setdefault(iid, ProbeItem(iid, info.name, setting, context, knowledge, target))
+                plan.n_item_refs += 1
+                return iid
+
+            for p in plan.corruptions.pairs:
+                d = by_id[p.dialogue_id]
+                history = tuple(d.history)
+                if setting == "inference":
+                    valid = item(history, p.valid_text, d.response)
+                    corrupted = item(history, p.corrupted_text, d.response)
+                else:
+                    context = history + (d.response, why)
+                    valid = item(context, None, p.valid_text)
+                    corrupted = item(context, None, p.corrupted_text)
+                plan.pairs.append(PlannedPair(info.name, setting, p, valid, corrupted))
+    return plan
+
+
+class ScoreStore:
+    """The resume cache: an append-only JSON Lines file of scored items, keyed by item id."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.torn_lines = 0
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        """Every stored row by id; unreadable lines (a crash mid-write) are counted and ignored."""
+        rows: dict[str, dict[str, Any]] = {}
+        if not self.path.exists():
+            return rows
+        with open(self.path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    row = json.loads(line)
+                    rows[row["id"]] = row
+                    float(row["nll"])
+                except (ValueError, KeyError, TypeError):
+                    self.torn_lines += 1
+        return rows
+
+    def append(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Append rows in one write, then flush and fsync: a chunk is stored whole or (after a
+        crash mid-write) as a torn last line that :meth:`load` ignores."""
+        if not rows:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        # A torn line left by an earlier crash must not swallow the first new row.
+        if self.path.exists() and self.path.stat().st_size:
+            with open(self.path, "rb") as fh:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    data = "\n" + data
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def _score_row(item: ProbeItem, result: NLLResult) -> dict[str, Any]:
+    return {"id": item.id, "model": item.model, "setting": item.setting, "nll": result.nll,
+            "num_tokens": result.num_tokens, "truncated": result.truncated,
+            "context": list(item.context), "knowledge": item.knowledge, "target": item.target}
+
+
+def _resolve_models(available: Sequence[ModelInfo], wanted: Sequence[str] | str | None) -> list[ModelInfo]:
+    by_name = {m.name: m for m in available}
+    if wanted is None:
+        chosen = [m for m in available if m.family != "classifier"]
+        if not chosen:
+            raise ValueError("the server serves no dialogue model (only classifiers)")
+        return chosen
+    names = [n.strip() for n in wanted.split(",")] if isinstance(wanted, str) else list(wanted)
+    out = []
+    for name in names:
+        if name not in by_name:
+            close = difflib.get_close_matches(name, list(by_name), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"model {name!r} is not served{hint} (served: {', '.join(by_name)})")
+        if by_name[name].family == "classifier":
+            raise ValueError(f"model {name!r} is an NLI classifier; probes need a dialogue model")
+        out.append(by_name[name])
+    return out
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass
+class _Run:
+    """State shared by the sync and async runners."""
+
+    dialogues: list[Dialogue]
+    models: list[ModelInfo]
+    plan: ProbePlan
+    store: ScoreStore
+    scores: dict[str, dict[str, Any]]
+    config: dict[str, Any]
+    out_dir: Path
+    progress: bool
+    bar: Any = None
+
+    def pending(self, model: str) -> list[ProbeItem]:
+        return [i for i in self.plan.items_of(model) if i.id not in self.scores]
+
+    def open_bar(self) -> None:
+        total = sum(len(self.pending(m.name)) for m in self.models)
+        self.config["items_reused"] = len(self.plan.items) - total
+        self.config["items_scored_now"] = total
+        if self.progress and total:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="item", desc="scoring", dynamic_ncols=True)
+
+    def on_chunk(self, pending: list[ProbeItem]) -> Callable[[int, list[NLLResult]], None]:
+        def save(offset: int, results: list[NLLResult]) -> None:
+            rows = [_score_row(item, res) for item, res in zip(pending[offset:], results)]
+            self.store.append(rows)
+            for row in rows:
+                self.scores[row["id"]] = row
+            if self.bar is not None:
+                self.bar.update(len(rows))
+        return save
+
+    def close_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _prepare(data: str | Path | Sequence[Dialogue], available: Sequence[ModelInfo],
+             models: Sequence[str] | str | None, settings: Sequence[str] | str, seed: int,
+             out_dir: str | Path, corruptions: Sequence[str], chunk_size: int, n_boot: int,
+             base_url: str, progress: bool) -> _Run:
+    if isinstance(settings, str):
+        settings = [s.strip() for s in settings.split(",") if s.strip()]
+    if isinstance(data, (str, Path)):
+        dialogues = load_dialogues(data)
+        data_info = {"data": str(data), "data_sha256": _sha256_file(Path(data))}
+    else:
+        dialogues = list(data)
+        data_info = {"data": "<in memory>", "data_sha256": None}
+    chosen = _resolve_models(available, models)
+    plan = plan_probes(dialogues, chosen, settings, seed, corruptions)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    store = ScoreStore(out / SCORES_FILE)
+    scores = store.load()
+    config = {
+        **data_info,
+        "server": base_url,
+        "models": [m.name for m in chosen],
+        "settings": list(settings),
+        "seed": seed,
+        "corruptions": list(corruptions),
+        "chunk_size": chunk_size,
+        "n_boot": n_boot,
+        "n_dialogues": len(dialogues),
+        "dialogues_per_dataset": dict(sorted(Counter(d.dataset for d in dialogues).items())),
+        "pairs": len(plan.pairs),
+        "items": len(plan.items),
+        "items_before_dedup": plan.n_item_refs,
+        "torn_score_lines_ignored": store.torn_lines,
+        "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    return _Run(dialogues, chosen, plan, store, scores, config, out, progress)
+
+
+def _finish(run: _Run, n_boot: int, plots: bool, echo: Callable[[str], Any] | None) -> Report:
+    run.close_bar()
+    pairs: list[ScoredPair] = []
+    for pp in run.plan.pairs:
+        v, c = run.scores[pp.valid_id], run.scores[pp.corrupted_id]
+        p = pp.pair
+        pairs.append(ScoredPair(
+            pair_id=pp.pair_id, model=pp.model, setting=pp.setting, dataset=p.dataset,
+            dialogue_id=p.dialogue_id, explanation_index=p.explanation_index, dimension=p.dimension,
+            corruption=p.corruption, category=p.category, valid_text=p.valid_text,
+            corrupted_text=p.corrupted_text, nll_valid=float(v["nll"]), nll_corrupted=float(c["nll"]),
+            truncated=bool(v.get("truncated")) or bool(c.get("truncated"))))
+    seed = int(run.config["seed"])
+    run.config["finished_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    run.config["truncated_pairs"] = sum(p.truncated for p in pairs)
+    models = {m.name: {**m.provenance(), "format_choices": format_choices(m)} for m in run.models}
+    report = Report(pairs=pairs, groups=summarize(pairs, seed=seed, n_boot=n_boot), models=models,
+                    skipped=run.plan.corruptions.skipped_rows(), config=run.config)
+    write_outputs(report, run.out_dir, plots=plots)
+    if echo is not None:
+        echo(report.table())
+        echo(f"wrote {', '.join(sorted(Path(p).name for p in report.files.values()))} to {run.out_dir}")
+    return report
+
+
+def run_probes(client: DialscoreClient, data_path: str | Path | Sequence[Dialogue],
+               models: Sequence[str] | str | None = None,
+               settings: Sequence[str] | str = SETTINGS, seed: int = 0,
+               out_dir: str | Path = "runs/probe", *, chunk_size: int = 64,
+               corruptions: Sequence[str] = CORRUPTIONS, n_boot: int = 1000, plots: bool = True,
+               progress: bool = True, echo: Callable[[str], Any] | None = None) -> Report:
+    """Run the CEDAR probes against a served model set and write the report into ``out_dir``.
+
+    ``data_path``: a JSON Lines file (:mod:`dialscore.probes.data`) or loaded dialogues.
+    ``models``: names (or a comma-separated string); None = every dialogue model the server
+    serves. ``settings``: ``inference`` and/or ``attribution``. Items already in
+    ``out_dir/scores.jsonl`` are not sent again. ``echo`` (e.g. ``print``) receives the tables.
+    """
+    if isinstance(client, AsyncDialscoreClient):
+        raise TypeError("run_probes takes a DialscoreClient; use `await arun_probes(...)` with "
+                        "an AsyncDialscoreClient")
+    run = _prepare(data_path, client.models(), models, settings, seed, out_dir, corruptions,
+                   chunk_size, n_boot, client.base_url, progress)
+    run.open_bar()
+    try:
+        for info in run.models:
+            pending = run.pending(info.name)
+            if pending:
+                client.nll_many(info.name, [i.payload() for i in pending], chunk_size=chunk_size,
+                                on_chunk=run.on_chunk(pending))
+    finally:
+        run.close_bar()
+    return _finish(run, n_boot, plots, echo)
+
+
+async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequence[Dialogue],
+                      models: Sequence[str] | str | None = None,
+                      settings: Sequence[str] | str = SETTINGS, seed: int = 0,
+                      out_dir: str | Path = "runs/probe", *, chunk_size: int = 64,
+                      corruptions: Sequence[str] = CORRUPTIONS, n_boot: int = 1000,
+                      plots: bool = True, progress: bool = True,
+                      echo: Callable[[str], Any] | None = None) -> Report:
+    """:func:`run_probes` with an :class:`AsyncDialscoreClient` (same arguments and outputs)."""
+    run = _prepare(data_path, await client.models(), models, settings, seed, out_dir, corruptions,
+                   chunk_size, n_boot, client.base_url, progress)
+    run.open_bar()
+    try:
+        for info in run.models:
+            pending = run.pending(info.name)
+            if pending:
+                await client.nll_many(info.name, [i.payload() for i in pending],
+                                      chunk_size=chunk_size, on_chunk=run.on_chunk(pending))
+    finally:
+        run.close_bar()
+    return _finish(run, n_boot, plots, echo)

@@ -1,0 +1,178 @@
+"""Typed results (and request helpers) of the client, parsed from the server's JSON.
+
+The server's own schemas (``services/*/protocol.py``) forbid unknown fields; these client-side
+models *ignore* them instead, so an older client keeps working against a newer server that adds
+fields. Fields the server may leave out are optional here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Result(BaseModel):
+    """Base of every parsed result: extra fields are ignored, nothing is coerced silently."""
+
+    model_config = ConfigDict(extra="ignore", protected_namespaces=(), frozen=True)
+
+
+# ---------------------------------------------------------------------------- GET /v1/models
+
+class ModelFormat(_Result):
+    """The model's dialogue format (fields of ``dialscore_server.checkpoints.registry.DialogueFormat``), as reported by
+    ``/v1/models``. Defaults are the registry's defaults, used when the server omits a field."""
+
+    model_config = ConfigDict(extra="allow", protected_namespaces=(), frozen=True)
+
+    turn_separator: str | None = None
+    separator_after_last: bool | None = None
+    knowledge_position: str = "before_history"
+    knowledge_separator: str | None = None
+    why_turn: str = "Why?"
+    append_eos: bool | None = None
+
+
+class ModelInfo(_Result):
+    """One served model and where its weights come from."""
+
+    name: str
+    family: str
+    source: str | None = None
+    revision: str | None = None
+    max_length: int | None = None
+    dtype: str | None = None
+    device: str | None = None
+    stand_in: bool = False
+    format: ModelFormat | None = Field(
+        None, description="The dialogue format; None when the server does not report it.")
+
+    def provenance(self) -> dict[str, Any]:
+        """What a report records about this model's weights and formatting."""
+        return {"name": self.name, "family": self.family, "source": self.source,
+                "revision": self.revision, "stand_in": self.stand_in, "dtype": self.dtype,
+                "max_length": self.max_length,
+                "format": self.format.model_dump() if self.format is not None else None}
+
+
+class ModelList(_Result):
+    models: list[ModelInfo]
+
+
+# ---------------------------------------------------------------------------- POST /v1/nll
+
+class NLLItem(BaseModel):
+    """One thing to score (request side): dialogue turns with an optional knowledge sentence, or a
+    raw source, and the target. Plain dicts of the same shape are accepted everywhere too."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target: str
+    context: tuple[str, ...] | None = None
+    knowledge: str | None = None
+    source: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"target": self.target}
+        if self.context is not None:
+            out["context"] = list(self.context)
+        if self.knowledge is not None:
+            out["knowledge"] = self.knowledge
+        if self.source is not None:
+            out["source"] = self.source
+        return out
+
+
+class NLLResult(_Result):
+    nll: float = Field(description="Mean NLL over the target's tokens, in nats per token.")
+    num_tokens: int
+    truncated: bool = False
+    token_nlls: list[float] | None = None
+    tokens: list[str] | None = None
+
+
+class Usage(_Result):
+    source_tokens: int = 0
+    target_tokens: int = 0
+
+
+class NLLResponse(_Result):
+    model: str
+    source: str | None = None
+    revision: str | None = None
+    stand_in: bool | None = None
+    append_eos: bool | None = None
+    results: list[NLLResult]
+    usage: Usage | None = None
+
+
+# ---------------------------------------------------------------------------- contradiction
+
+class Turn(BaseModel):
+    """A dialogue turn for /v1/contradiction and /v1/rerank (request side)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    speaker: str | int
+    text: str
+    id: str | int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"speaker": self.speaker, "text": self.text}
+        if self.id is not None:
+            out["id"] = self.id
+        return out
+
+
+class Evidence(_Result):
+    turn: str | int = Field(description="The id of an earlier turn that the last one contradicts.")
+    probability: float
+
+
+class ContradictionResult(_Result):
+    is_contradiction: bool
+    probability: float
+    evidence: list[Evidence] = []
+
+
+class ContradictionResponse(_Result):
+    model: str | None = None
+    source: str | None = None
+    revision: str | None = None
+    stand_in: bool | None = None
+    mode: str | None = None
+    threshold: float | None = None
+    evidence_threshold: float | None = None
+    results: list[ContradictionResult]
+
+
+# ---------------------------------------------------------------------------- rerank
+
+class RerankResult(_Result):
+    index: int = Field(description="Position of the candidate in the request.")
+    score: float
+    contradiction_probability: float | None = None
+    evidence: list[Evidence] = []
+    nll: float | None = None
+
+
+class RerankResponse(_Result):
+    model: str | None = Field(None, description="The contradiction classifier used.")
+    stand_in: bool | None = None
+    nll_model: str | None = None
+    speaker: str | int | None = Field(None, description="Who the candidates were attributed to.")
+    mode: str | None = None
+    results: list[RerankResult] = Field(description="Best first.")
+
+
+# ---------------------------------------------------------------------------- health
+
+class Health(_Result):
+    """``GET /healthz`` (process alive) and ``GET /readyz`` (every deployment healthy)."""
+
+    alive: bool
+    ready: bool
+    detail: Any = None
+    error: str | None = Field(None, description="Why the server could not be reached, if it could not.")
+

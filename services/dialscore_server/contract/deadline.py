@@ -1,0 +1,49 @@
+"""Waiting on a deployment handle call with two deadlines: one for a replica to accept the request,
+one for the answer. Used by the gateway and by the rerank deployment (which calls the detector and
+NLL deployments itself), so a dead or saturated model is a prompt 503, never a silent wait."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from dialscore_server.contract.errors import ServiceError
+
+logger = logging.getLogger("dialscore.gateway")
+
+
+def cancel(pending) -> None:
+    """Best-effort cancellation of a handle call nobody will read (frees its queue slot/replica)."""
+    try:
+        pending.cancel()
+    except Exception:  # noqa: BLE001 - best effort
+        logger.debug("could not cancel a request", exc_info=True)
+
+
+async def answer(pending, timeout: float, queue_timeout: float | None):
+    """The result of `pending` (a DeploymentResponse).
+
+    A request that no replica accepts within `queue_timeout` (queued behind busy replicas, or
+    waiting while a crashed replica is replaced: Serve's router would hold it until one is back)
+    is cancelled and answered 503 ``overloaded`` with Retry-After. The whole call is bounded by
+    `timeout` (then TimeoutError, which the caller maps to 408, and the call is cancelled).
+    Ray errors are raised as they are (see services/dialscore_server/gateway/errors.py:from_ray).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    # Ray 2.60's DeploymentResponse resolves this once a replica has accepted the request;
+    # without it (another Ray), the single deadline applies.
+    assigned = getattr(pending, "_fetch_future_result_async", None)
+    if assigned is not None and queue_timeout is not None and queue_timeout < timeout:
+        try:
+            await asyncio.wait_for(asyncio.shield(assigned()), queue_timeout)
+        except TimeoutError:
+            cancel(pending)
+            raise ServiceError(
+                "overloaded", f"no model replica accepted the request within {queue_timeout:g} s "
+                "(all busy, or restarting after a failure); retry later", retry_after=2.0) from None
+    try:
+        return await asyncio.wait_for(pending, max(0.0, deadline - loop.time()))
+    except TimeoutError:
+        cancel(pending)
+        raise

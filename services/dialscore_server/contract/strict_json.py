@@ -1,0 +1,164 @@
+"""Strict reading of JSON request bodies, before FastAPI and pydantic see them.
+
+Every POST route uses :class:`StrictJSONRoute`. It refuses, with a 422 ``invalid_request`` that
+says what is wrong (and names the field where there is one):
+
+* a body that is not declared ``Content-Type: application/json`` (or ``+json``): text/plain,
+  forms, multipart and a missing Content-Type. (``curl -d`` sends a form type by default: the
+  message says which header to send.)
+* a ``Content-Encoding`` other than identity (gzip, deflate...): bodies are not decompressed,
+  so a declared encoding is refused rather than parsed as JSON garbage;
+* an empty body, invalid UTF-8 and invalid JSON;
+* what Python's ``json`` module accepts but RFC 8259 JSON is not, or cannot be answered safely:
+  ``NaN``/``Infinity`` literals, numbers that overflow to infinity (``1e999``), integers of
+  more than 4300 digits, duplicated keys in one object (a parser-differential hazard: proxies
+  and servers disagree on which value wins), objects and arrays nested deeper than
+  :data:`MAX_DEPTH` (the schemas nest at most 5 levels);
+* a string anywhere in the body (a key, a model name, a speaker, a turn id) holding a lone
+  UTF-16 surrogate (``"\\ud800"``): it cannot be encoded as UTF-8, so it could neither be
+  tokenized nor echoed back in a response.
+
+The parsed body is handed to FastAPI unchanged (no second parse).
+"""
+
+from __future__ import annotations
+
+import email.message
+import json
+import math
+import re
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+
+from dialscore_server.contract.errors import ServiceError
+
+#: Deepest nesting of JSON arrays/objects accepted (the request schemas need 5).
+MAX_DEPTH = 32
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _BadJSON(ValueError):
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _BadJSON(f"request body: duplicated key {ascii(key)} in one JSON object (each key "
+                           "may appear once)")
+        out[key] = value
+    return out
+
+
+def _constant(name: str) -> float:
+    raise _BadJSON(f"request body: {name} is not a JSON number (RFC 8259 has no NaN or Infinity)")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _BadJSON(f"request body: the number {text[:40]} is out of range (it overflows to "
+                       "infinity)")
+    return value
+
+
+def _path(parent: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{parent}[{key}]"
+    return f"{parent}.{key}" if parent else key
+
+
+def _check_tree(value: Any) -> None:
+    """Depth and lone surrogates, walked without recursion; errors name the field path."""
+    stack: list[tuple[Any, str, int]] = [(value, "", 1)]
+    while stack:
+        node, path, depth = stack.pop()
+        if isinstance(node, str):
+            if _SURROGATE.search(node):
+                raise _BadJSON(f"{path or 'body'}: text contains a lone surrogate (invalid Unicode)",
+                               path or None)
+            continue
+        if not isinstance(node, (dict, list)):
+            continue
+        if depth > MAX_DEPTH:
+            raise _BadJSON(f"{path or 'body'}: JSON nested deeper than {MAX_DEPTH} levels", path or None)
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if _SURROGATE.search(k):
+                    raise _BadJSON(f"{path or 'body'}: a key contains a lone surrogate (invalid "
+                                   "Unicode)", path or None)
+            # Pushed in reverse, so the first offending field in document order is reported.
+            stack.extend((v, _path(path, k), depth + 1) for k, v in reversed(node.items()))
+        else:
+            stack.extend((node[i], _path(path, i), depth + 1) for i in range(len(node) - 1, -1, -1))
+
+
+def loads_strict(body: bytes) -> Any:
+    """Parse a request body as strict JSON (see the module docstring); raise ServiceError."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ServiceError("invalid_request", f"request body is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant,
+                           parse_float=_float)
+        _check_tree(value)
+    except _BadJSON as exc:
+        raise ServiceError("invalid_request", str(exc), param=exc.param) from None
+    except json.JSONDecodeError as exc:
+        raise ServiceError("invalid_request", f"request body is not valid JSON: {exc.msg} at "
+                           f"line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise ServiceError("invalid_request", f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise ServiceError("invalid_request", f"request body is not acceptable JSON: {exc}") from None
+    return value
+
+
+def _is_json(content_type: str) -> bool:
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (
+        subtype == "json" or subtype.endswith("+json"))
+
+
+async def read_json_body(request: Request) -> Any:
+    """Check the headers, read and parse the body; the parsed value is cached on the request."""
+    content_type = request.headers.get("content-type")
+    if not content_type or not _is_json(content_type):
+        got = f"{content_type!r}" if content_type else "none"
+        raise ServiceError("invalid_request", f"the body must be JSON sent with Content-Type: "
+                           f"application/json (got {got})", param=None)
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise ServiceError("invalid_request", f"Content-Encoding {encoding!r} is not supported: "
+                           "send the JSON body uncompressed")
+    body = await request.body()
+    if not body.strip():
+        raise ServiceError("invalid_request", "the request body is empty; expected a JSON object")
+    value = loads_strict(body)
+    request._json = value  # Starlette's Request.json() returns this; FastAPI never parses again
+    return value
+
+
+class StrictJSONRoute(APIRoute):
+    """An APIRoute whose JSON body is read by :func:`read_json_body` first (POST routes)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        if self.body_field is None:
+            return handler
+
+        async def strict_handler(request: Request) -> Response:
+            await read_json_body(request)
+            return await handler(request)
+
+        return strict_handler

@@ -1,0 +1,39 @@
+"""HTTP wiring of POST /v1/contradiction (schemas in protocol.py, the work in engine.py).
+
+No `from __future__ import annotations` here: FastAPI reads these annotations at runtime.
+"""
+
+from fastapi import APIRouter, Response
+
+from dialscore_server import metrics
+from dialscore_server.contradiction.protocol import ContradictionRequest, ContradictionResponse
+from dialscore_server.contract.errors import ServiceError, error_responses
+from dialscore_server.contract.strict_json import StrictJSONRoute
+
+
+def build_router(gw) -> APIRouter:
+    router = APIRouter(route_class=StrictJSONRoute)
+
+    @router.post("/v1/contradiction", response_model=ContradictionResponse,
+                 summary="Does the last turn of each dialogue contradict its speaker's earlier turns?",
+                 description="Structured mode pairs the last turn with every earlier turn of the same "
+                 "speaker and takes the maximum contradiction probability; evidence names the turns "
+                 "(by id) whose pair probability exceeds `evidence_threshold`. Results keep the order "
+                 "of `dialogues`.",
+                 responses=error_responses("invalid_request", "unknown_model", "payload_too_large",
+                                           "overloaded", "timeout", "model_error"))
+    async def contradiction(body: ContradictionRequest, response: Response) -> ContradictionResponse:
+        body.check_limits(gw.limits)
+        model = gw.resolve(body.model, "classifier", "model")
+        reply = await gw.call(model, "detect", body.to_job())
+        if reply.error:
+            raise ServiceError(**reply.error)
+        card = await gw.card(model)
+        metrics.ITEMS.labels(model).inc(len(reply.results))
+        metrics.BATCH_REQUESTS.labels(model).observe(reply.batch_requests)
+        response.headers["x-compute-time"] = f"{reply.compute_s:.4f}"
+        return ContradictionResponse.from_engine(body, reply.results, model=model,
+                                                 stand_in=card["stand_in"], source=card["source"],
+                                                 revision=card["revision"])
+
+    return router

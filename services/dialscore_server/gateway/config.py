@@ -1,0 +1,132 @@
+"""The application's arguments: what a Serve config YAML puts under `args:` for `build_app`.
+
+Serve validates the YAML's `args` against :class:`AppArgs` (the builder's sole argument is this
+pydantic model), so a typo in a deployment config fails at `serve run`/`serve deploy` time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from dialscore_server.checkpoints.registry import ModelConfig, Registry, paper_registry, stand_in_registry
+from dialscore_server.contract.schema import Limits
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+class ServingOptions(_Args):
+    """How one model is served: replicas, resources, batching, backpressure."""
+
+    num_replicas: int | Literal["auto"] = Field(1, description="Fixed replica count, or `auto`.")
+    autoscaling_config: dict[str, Any] | None = Field(
+        None, description="Serve autoscaling_config (min_replicas, max_replicas, "
+        "target_ongoing_requests, upscale_delay_s, downscale_delay_s...). Overrides num_replicas.")
+    num_cpus: float = Field(0.5, gt=0, description="CPUs per replica (fractional fits 2 cores).")
+    num_gpus: float = Field(0, ge=0, description="GPUs per replica.")
+    max_ongoing_requests: int = Field(
+        64, ge=1, description="Requests a replica holds at once. Must exceed the number of requests "
+        "a batch merges: Serve's default of 5 caps batches at 5 requests.")
+    max_queued_requests: int = Field(
+        256, ge=-1, description="Requests waiting for a replica before the gateway sheds with 503 "
+        "(-1: unbounded).")
+    max_batch_tokens: int = Field(8192, ge=1, le=16384,
+                                  description="Tokens merged from many requests into one engine call.")
+    batch_wait_timeout_s: float = Field(0.005, ge=0, le=1,
+                                        description="How long a batch waits to fill.")
+    token_budget: int | None = Field(
+        None, ge=16, description="Padded tokens per forward pass. Default: NLL models 4096 on GPU and, "
+        "on CPU, 2^20 / model width within 1024-16384 (cache-friendlier passes, measured faster); "
+        "NLI classifiers 4096.")
+    num_threads: int | None = Field(None, ge=1, description="torch threads (default: the replica's CPUs).")
+    prefix_reuse: bool = Field(
+        True, description="NLL models: compute shared work once per engine call (decoder-only: a "
+        "shared token prefix and its key/value cache; encoder-decoder: each distinct source). Same "
+        "numbers either way; off only to measure it.")
+    fast_kernels: bool = Field(
+        True, description="NLL models: run float32 linear layers through oneDNN and GPT-2's GELU as "
+        "one fused kernel (services/dialscore_server/nll/kernels.py; same numbers to float rounding). Off: stock "
+        "PyTorch kernels.")
+
+
+class ModelEntry(_Args):
+    """One served model: a registry name, optional overrides of its config, serving options."""
+
+    name: str = Field(description="A registry name (see services/dialscore_server/checkpoints/registry.py).")
+    serve_as: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9._\-]+$",
+        description="Serve under this name instead (e.g. one checkpoint in two dtypes).")
+    overrides: dict[str, Any] = Field(default_factory=dict,
+                                      description="ModelConfig fields to override (source, dtype...).")
+    serving: ServingOptions = Field(default_factory=ServingOptions)
+
+
+class AppArgs(_Args):
+    """Arguments of the whole application (gateway + one deployment per model)."""
+
+    stand_ins: str | None = Field(
+        None, description="Folder of stand-in checkpoints: when set, registry names resolve to the "
+        "offline stand-ins there (built if missing) instead of hub ids.")
+    models: list[ModelEntry] = Field(min_length=1, description="The dialogue (NLL) models to serve.")
+    classifiers: list[ModelEntry] = Field(
+        default_factory=list, description="NLI classifiers for /v1/contradiction and reranking; the "
+        "first is the default detector. The rerank routes exist when at least one is served.")
+    rerank_num_cpus: float = Field(0.1, gt=0, description="CPUs of the (model-less) rerank deployment.")
+    limits: Limits = Field(default_factory=Limits)
+    request_timeout_s: float = Field(60.0, gt=0, description="Deadline of one request; then 408.")
+    queue_timeout_s: float | None = Field(
+        10.0, gt=0, description="Longest a request waits for a model replica to accept it (queued "
+        "behind others, or while a crashed replica is being replaced); then 503 `overloaded` with "
+        "Retry-After, so callers back off instead of holding connections. null: wait until "
+        "request_timeout_s.")
+    gateway_num_cpus: float = Field(0.1, gt=0)
+    gateway_replicas: int = Field(1, ge=1)
+    gateway_max_ongoing_requests: int = Field(
+        256, ge=1, description="Requests one gateway replica works on at once (most of them are "
+        "waiting on a model).")
+    gateway_max_queued_requests: int = Field(
+        256, ge=-1, description="Requests Serve's proxy queues for the gateway beyond those; then the "
+        "proxy itself answers 503 with Retry-After 1 (a plain-text body: no gateway code runs). "
+        "Bounds latency when the gateway, not a model, is the bottleneck. -1: unbounded.")
+    auth_token_env: str = Field("DIALSCORE_API_TOKEN",
+                                description="Env var holding the bearer token; auth is off when unset.")
+
+    @model_validator(mode="after")
+    def _unique(self) -> "AppArgs":
+        names = [m.serve_as or m.name for m in self.models + self.classifiers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"models: duplicate names in {names}")
+        return self
+
+    def registry(self) -> Registry:
+        if self.stand_ins:
+            from dialscore_server.checkpoints.standins import build_stand_ins
+
+            # Resolved here, in the process that builds the app: replicas may run elsewhere.
+            root = Path(self.stand_ins).expanduser().resolve()
+            build_stand_ins(root)
+            return stand_in_registry(root)
+        return paper_registry()
+
+    def model_configs(self, entries: list[ModelEntry] | None = None
+                      ) -> list[tuple[ModelConfig, ServingOptions]]:
+        """Resolved configs of `entries` (default: the NLL models), aliases and overrides applied."""
+        registry = self.registry()
+        out = []
+        for entry in self.models if entries is None else entries:
+            base = registry.get(entry.name)
+            name = {"name": entry.serve_as} if entry.serve_as else {}
+            cfg = ModelConfig.model_validate({**base.model_dump(), **entry.overrides, **name})
+            out.append((cfg, entry.serving))
+        return out
+
+    def classifier_configs(self) -> list[tuple[ModelConfig, ServingOptions]]:
+        out = self.model_configs(self.classifiers)
+        for cfg, _ in out:
+            if cfg.family != "classifier":
+                raise ValueError(f"classifiers: {cfg.name!r} is a {cfg.family} model, not a classifier")
+        return out
