@@ -24,7 +24,7 @@ from dialscore.probes.run import SCORES_FILE, ScoreStore, plan_probes
 
 pytestmark = pytest.mark.serve
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 from dialscore.probes import SAMPLE_DATA as SAMPLE
 REPORT_FILES = ("pairs.csv", "pairs.jsonl", "summary.csv", "report.json", "tables.txt")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "loadtests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "loadtests"))
 
 from soak import replica_pids, soak  # noqa: E402
 

@@ -10,7 +10,7 @@ from ray.serve.schema import ServeDeploySchema
 
 from dialscore_server.gateway.config import AppArgs
 
-DEPLOYMENTS = Path(__file__).resolve().parents[1] / "deployments"
+DEPLOYMENTS = Path(__file__).resolve().parents[2] / "deployments"
 
 
 def _serve_configs():
