@@ -214,7 +214,7 @@ def http_scores(source: Path, config, groups_json, args, in_process
     import httpx
 
     from loadtests.bench_serve import closed_loop_nll
-    from dialscore_server.gateway.config import AppArgs
+    from dialscore_server.gateway.args import AppArgs
     from dialscore_server.gateway.embedded import serve_locally
 
     per = args.groups_per_request

@@ -47,7 +47,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10)
     args = ap.parse_args()
 
-    from dialscore_server.gateway.config import AppArgs
+    from dialscore_server.gateway.args import AppArgs
     from dialscore_server.gateway.embedded import serve_locally
 
     stand_ins = Path(tempfile.gettempdir()) / "dialscore-bench" / "stand-ins"

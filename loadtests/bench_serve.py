@@ -111,7 +111,7 @@ def main() -> int:
 
     import httpx
 
-    from dialscore_server.gateway.config import AppArgs
+    from dialscore_server.gateway.args import AppArgs
     from dialscore_server.gateway.embedded import serve_locally
     from dialscore_server.nll.engine import NLLEngine
     from dialscore_server.nll.protocol import NLLItemIn

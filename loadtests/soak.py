@@ -323,7 +323,7 @@ def own_app(port: int, max_ongoing: int, max_queued: int, num_threads: int
     {deployment: replica pid}); shuts both down after."""
     import tempfile
 
-    from dialscore_server.gateway.config import AppArgs
+    from dialscore_server.gateway.args import AppArgs
     from dialscore_server.gateway.embedded import serve_locally
 
     stand_ins = Path(tempfile.gettempdir()) / "dialscore-soak-stand-ins"

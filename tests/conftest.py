@@ -11,7 +11,6 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
 @pytest.fixture(scope="session")
@@ -29,15 +28,6 @@ def stand_in_registry(stand_ins):
     from dialscore_server.checkpoints.registry import stand_in_registry as make
 
     return make(stand_ins)
-
-
-def shared_file(relative: str) -> Path:
-    """A file under ../shared, or skip the test with the reason when it is absent."""
-    path = SHARED / relative
-    if not path.is_file():
-        pytest.skip(f"../shared/{relative} is absent (benchmark data lives beside the checkout, "
-                    "never in it)")
-    return path
 
 
 @pytest.fixture(scope="session")

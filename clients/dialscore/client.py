@@ -63,10 +63,10 @@ from dialscore.errors import (
     ResponseValidationError,
     error_class,
 )
+from dialscore.model_card import ModelCard
 from dialscore.types import (
     ContradictionResponse,
     Health,
-    ModelInfo,
     ModelList,
     NLLItem,
     NLLResponse,
@@ -389,7 +389,7 @@ class DialscoreClient(_BaseClient):
 
     # -- endpoints -----------------------------------------------------------------------------
 
-    def models(self) -> list[ModelInfo]:
+    def models(self) -> list[ModelCard]:
         """``GET /v1/models``: the served models, their provenance and dialogue formats."""
         return self._request("GET", "/v1/models", ModelList).models
 
@@ -549,7 +549,7 @@ class AsyncDialscoreClient(_BaseClient):
             await response.aclose()
             await self._sleep(delay)
 
-    async def models(self) -> list[ModelInfo]:
+    async def models(self) -> list[ModelCard]:
         """``GET /v1/models``: the served models, their provenance and dialogue formats."""
         return (await self._request("GET", "/v1/models", ModelList)).models
 

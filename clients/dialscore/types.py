@@ -11,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dialscore.model_card import ModelCard
+
 
 class _Result(BaseModel):
     """Base of every parsed result: extra fields are ignored, nothing is coerced silently."""
@@ -20,44 +22,8 @@ class _Result(BaseModel):
 
 # ---------------------------------------------------------------------------- GET /v1/models
 
-class ModelFormat(_Result):
-    """The model's dialogue format (fields of ``dialscore_server.checkpoints.registry.DialogueFormat``), as reported by
-    ``/v1/models``. Defaults are the registry's defaults, used when the server omits a field."""
-
-    model_config = ConfigDict(extra="allow", protected_namespaces=(), frozen=True)
-
-    turn_separator: str | None = None
-    separator_after_last: bool | None = None
-    knowledge_position: str = "before_history"
-    knowledge_separator: str | None = None
-    why_turn: str = "Why?"
-    append_eos: bool | None = None
-
-
-class ModelInfo(_Result):
-    """One served model and where its weights come from."""
-
-    name: str
-    family: str
-    source: str | None = None
-    revision: str | None = None
-    max_length: int | None = None
-    dtype: str | None = None
-    device: str | None = None
-    stand_in: bool = False
-    format: ModelFormat | None = Field(
-        None, description="The dialogue format; None when the server does not report it.")
-
-    def provenance(self) -> dict[str, Any]:
-        """What a report records about this model's weights and formatting."""
-        return {"name": self.name, "family": self.family, "source": self.source,
-                "revision": self.revision, "stand_in": self.stand_in, "dtype": self.dtype,
-                "max_length": self.max_length,
-                "format": self.format.model_dump() if self.format is not None else None}
-
-
 class ModelList(_Result):
-    models: list[ModelInfo]
+    models: list[ModelCard]
 
 
 # ---------------------------------------------------------------------------- POST /v1/nll

@@ -20,7 +20,7 @@ from dialscore.client import (
     plan_chunks,
 )
 from dialscore.types import NLLItem, Turn
-from fake_dialscore_server import FakeServer, error
+from fake_api import FakeAPI, error
 
 
 def ok_nll(items: list[dict], nll=lambda i, item: 1.0) -> httpx.Response:
@@ -64,7 +64,7 @@ ITEMS = [{"context": ["Hi"], "target": "Hello"}]
 # ------------------------------------------------------------------- typed results & requests
 
 def test_models_parses_provenance_and_optional_format():
-    client, _ = sync_client(FakeServer().handle)
+    client, _ = (DialscoreClient("http://test", transport=FakeAPI().transport()), [])
     models = {m.name: m for m in client.models()}
     assert models["fake-gpt"].format.why_turn == "Why is that?"
     assert models["fake-gpt"].revision == "0123abcd" and models["fake-gpt"].stand_in
@@ -349,7 +349,7 @@ def test_nll_many_splits_a_chunk_refused_as_too_large():
 def test_nll_many_error_names_the_item_in_the_whole_job():
     items = numbered(40)
     items[37] = {"context": ["c"], "target": ""}
-    client, _ = sync_client(FakeServer().handle)
+    client, _ = (DialscoreClient("http://test", transport=FakeAPI().transport()), [])
     with pytest.raises(errors.InvalidRequestError) as info:
         client.nll_many("fake-gpt", items, chunk_size=8)
     assert info.value.param == "items[37].target"
@@ -404,8 +404,7 @@ def test_async_retries_errors_and_concurrency_limit():
 
 def test_async_models_nll_and_health_against_fake_server():
     async def main():
-        server = FakeServer()
-        async with AsyncDialscoreClient("http://test", transport=server.transport()) as client:
+        async with AsyncDialscoreClient("http://test", transport=FakeAPI().transport()) as client:
             names = [m.name for m in await client.models()]
             assert names == ["fake-gpt", "fake-bart", "fake-nli"]
             out = await client.nll("fake-gpt", ITEMS)

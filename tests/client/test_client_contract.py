@@ -10,7 +10,7 @@ from dialscore import errors
 from dialscore.client import DialscoreClient, RetryPolicy
 from dialscore.probes.data import Dialogue
 from dialscore.probes.run import format_choices, plan_probes
-from dialscore.types import ModelInfo
+from dialscore.model_card import ModelCard
 from dialscore_server.contract import errors as server_errors
 from dialscore_server.nll import protocol
 from dialscore_server.checkpoints.registry import PAPER_MODELS
@@ -40,7 +40,7 @@ def test_probe_items_validate_against_the_servers_request_schema():
         "id": "x", "dataset": "DailyDialog", "history": [], "response": "Sure.",
         "explanations": [{"dimension": "event", "antecedent": "Asking nicely", "connective": "causes/enables",
                           "consequent": "a yes", "valid": True}]})
-    infos = [ModelInfo.model_validate(models_entry(c)) for c in PAPER_MODELS if c.family != "classifier"]
+    infos = [ModelCard.model_validate(models_entry(c)) for c in PAPER_MODELS if c.family != "classifier"]
     plan = plan_probes([d], infos, ["inference", "attribution"], seed=0)
     sent: list[dict] = []
 
@@ -63,7 +63,7 @@ def test_probe_items_validate_against_the_servers_request_schema():
 
 def test_models_entries_from_the_registry_parse_and_give_the_format_choices():
     for config in PAPER_MODELS:
-        info = ModelInfo.model_validate(models_entry(config))
+        info = ModelCard.model_validate(models_entry(config))
         choices = format_choices(info)
         assert choices["why_turn"] == config.format.why_turn
         assert choices["explanation_placement"] == config.format.knowledge_position

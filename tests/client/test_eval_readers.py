@@ -11,7 +11,7 @@ from dialscore.evals.decode import (a2t_set, decode_metrics, dialogue_from_recor
                                   read_decode, Prediction)
 from dialscore.evals.mutual import (evaluate_mutual, parse_article, read_mutual, split_speaker,
                                   write_ranked)
-from conftest import shared_file
+from shared_data import shared_file
 
 
 def _instance(ident, answer="B"):

@@ -14,7 +14,7 @@ from dialscore.evals.robustness import (BACKEND_KINDS, CATEGORIES, GENERIC_REPLI
                                       NLTK_STOPWORDS, STOPWORDS_25, items_from_decode,
                                       items_from_mutual, mean_std, mutual_style, pearson, perturb,
                                       perturb_all, spearman, tokenize, variant_stats)
-from conftest import shared_file
+from shared_data import shared_file
 
 
 def rng() -> random.Random:

@@ -15,8 +15,7 @@ from dialscore.client import AsyncDialscoreClient, DialscoreClient, RetryPolicy
 from dialscore.errors import OverloadedError
 from dialscore.probes.data import Dialogue, dump_dialogues, load_dialogues
 from dialscore.probes.run import arun_probes, plan_probes, run_probes
-from dialscore.types import ModelInfo
-from fake_dialscore_server import FAKE_MODELS, FakeServer
+from fake_api import FAKE_CARDS, FakeAPI
 
 from dialscore.probes import SAMPLE_DATA as SAMPLE
 FAST = {"progress": False, "plots": False, "n_boot": 100}
@@ -32,7 +31,7 @@ def small_data(tmp_path_factory) -> Path:
     return path
 
 
-def client_for(server: FakeServer, **kw) -> DialscoreClient:
+def client_for(server: FakeAPI, **kw) -> DialscoreClient:
     client = DialscoreClient("http://fake", transport=server.transport(), **kw)
     client._sleep = lambda s: None
     return client
@@ -50,7 +49,7 @@ def test_items_follow_each_models_format_and_are_deduplicated():
              "consequent": "the speaker hurries", "valid": True},
             {"dimension": "emotion", "antecedent": "Rain", "connective": "enables",
              "consequent": "joy", "valid": False}]})
-    infos = [ModelInfo.model_validate(m) for m in FAKE_MODELS[:2]]
+    infos = FAKE_CARDS[:2]
     plan = plan_probes([d], infos, ["inference", "attribution"], seed=0)
     valid = "The shop closing soon causes the speaker hurries"
     assert len(plan.pairs) == 2 * 2 * 6
@@ -73,7 +72,7 @@ def test_items_follow_each_models_format_and_are_deduplicated():
 
 
 def test_run_writes_every_output_with_provenance(small_data, tmp_path):
-    server = FakeServer()
+    server = FakeAPI()
     out = tmp_path / "run"
     with client_for(server) as client:
         report = run_probes(client, small_data, ["fake-gpt", "fake-bart"], ["inference", "attribution"],
@@ -117,20 +116,20 @@ def test_comparison_orientation_with_a_model_that_knows_the_valid_explanations(s
         explanation = item.get("knowledge") or item["target"]
         return 1.0 if explanation in good else 3.0
 
-    with client_for(FakeServer(scorer=knows)) as client:
+    with client_for(FakeAPI(scorer=knows)) as client:
         report = run_probes(client, small_data, "fake-gpt", "inference,attribution", 0,
                             tmp_path / "knows", **FAST)
     for g in report.groups:
         assert g.accuracy == 1.0 and g.mean_delta == 2.0, g
 
-    with client_for(FakeServer(scorer=lambda m, i: 2.0)) as client:
+    with client_for(FakeAPI(scorer=lambda m, i: 2.0)) as client:
         report = run_probes(client, small_data, "fake-gpt", "attribution", 0, tmp_path / "flat", **FAST)
     for g in report.groups:                                   # ties are misses
         assert g.accuracy == 0.0 and g.mean_delta == 0.0 and g.ties == g.n
 
 
 def test_rerun_sends_no_new_scoring_requests(small_data, tmp_path):
-    first_server, again = FakeServer(), FakeServer()
+    first_server, again = FakeAPI(), FakeAPI()
     with client_for(first_server) as client:
         first = run_probes(client, small_data, None, seed=1, out_dir=tmp_path, **FAST)
     with client_for(again) as client:
@@ -142,12 +141,12 @@ def test_rerun_sends_no_new_scoring_requests(small_data, tmp_path):
 
 
 def test_a_run_that_dies_halfway_resumes(small_data, tmp_path):
-    reference_server = FakeServer()
+    reference_server = FakeAPI()
     with client_for(reference_server) as client:
         reference = run_probes(client, small_data, "fake-gpt", seed=2, out_dir=tmp_path / "ref", **FAST)
     total = reference.config["items"]
 
-    dying = FakeServer(fail_after=3)
+    dying = FakeAPI(fail_after=3)
     with client_for(dying, max_concurrency=1, retry=RetryPolicy(max_attempts=2)) as client:
         with pytest.raises(OverloadedError):
             run_probes(client, small_data, "fake-gpt", seed=2, out_dir=tmp_path / "run",
@@ -157,7 +156,7 @@ def test_a_run_that_dies_halfway_resumes(small_data, tmp_path):
     with open(scores, "a") as fh:                 # a crash in the middle of a write
         fh.write('{"id": "abc", "nll": 1.')
 
-    healthy = FakeServer()
+    healthy = FakeAPI()
     with client_for(healthy) as client:
         resumed = run_probes(client, small_data, "fake-gpt", seed=2, out_dir=tmp_path / "run",
                              chunk_size=16, **FAST)
@@ -165,16 +164,16 @@ def test_a_run_that_dies_halfway_resumes(small_data, tmp_path):
     assert resumed.config["torn_score_lines_ignored"] == 1
     assert resumed.pairs == reference.pairs
     # The torn line did not swallow the rows appended after it.
-    with client_for(FakeServer()) as client:
+    with client_for(FakeAPI()) as client:
         third = run_probes(client, small_data, "fake-gpt", seed=2, out_dir=tmp_path / "run", **FAST)
     assert third.config["items_scored_now"] == 0
 
 
 def test_a_changed_model_revision_is_scored_afresh(small_data, tmp_path):
-    with client_for(FakeServer()) as client:
+    with client_for(FakeAPI()) as client:
         run_probes(client, small_data, "fake-gpt", "attribution", 0, tmp_path, **FAST)
-    newer = [dict(FAKE_MODELS[0], revision="fedcba98")] + FAKE_MODELS[1:]
-    server = FakeServer(models=newer)
+    newer = [FAKE_CARDS[0].model_copy(update={"revision": "fedcba98"})] + FAKE_CARDS[1:]
+    server = FakeAPI(newer)
     with client_for(server) as client:
         report = run_probes(client, small_data, "fake-gpt", "attribution", 0, tmp_path, **FAST)
     assert len(server.nll_items) == report.config["items"]
@@ -182,7 +181,7 @@ def test_a_changed_model_revision_is_scored_afresh(small_data, tmp_path):
 
 
 def test_bad_model_names_are_refused_before_scoring(small_data, tmp_path):
-    server = FakeServer()
+    server = FakeAPI()
     with client_for(server) as client:
         with pytest.raises(ValueError, match="did you mean 'fake-gpt'"):
             run_probes(client, small_data, "fake-gtp", out_dir=tmp_path, **FAST)
@@ -194,11 +193,11 @@ def test_bad_model_names_are_refused_before_scoring(small_data, tmp_path):
 
 
 def test_async_runner_matches_sync_runner(small_data, tmp_path):
-    with client_for(FakeServer()) as client:
+    with client_for(FakeAPI()) as client:
         sync = run_probes(client, small_data, "fake-bart", seed=4, out_dir=tmp_path / "s", **FAST)
 
     async def go():
-        async with AsyncDialscoreClient("http://fake", transport=FakeServer().transport(),
+        async with AsyncDialscoreClient("http://fake", transport=FakeAPI().transport(),
                                         max_concurrency=3) as client:
             return await arun_probes(client, small_data, "fake-bart", seed=4, out_dir=tmp_path / "a",
                                      chunk_size=7, **FAST)
@@ -212,7 +211,7 @@ def test_async_runner_matches_sync_runner(small_data, tmp_path):
 def fake_cli(monkeypatch):
     from dialscore.commands import service_args
 
-    server = FakeServer()
+    server = FakeAPI()
 
     def factory(args):
         assert args.url == "http://fake"

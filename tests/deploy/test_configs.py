@@ -8,7 +8,7 @@ import pytest
 import yaml
 from ray.serve.schema import ServeDeploySchema
 
-from dialscore_server.gateway.config import AppArgs
+from dialscore_server.gateway.args import AppArgs
 
 DEPLOYMENTS = Path(__file__).resolve().parents[2] / "deployments"
 
@@ -25,7 +25,7 @@ def test_config_validates_against_serve_and_app_schemas(name, config):
     schema = ServeDeploySchema.model_validate(config)
     assert schema.applications, name
     for app in config["applications"]:
-        assert app["import_path"] == "dialscore_server.gateway.app:build_app"
+        assert app["import_path"] == "dialscore_server.gateway.build:build_app"
         args = AppArgs.model_validate(app["args"])
         for entry in args.models + args.classifiers:
             # More requests must fit in a replica than Serve's default of 5 caps batches at.

@@ -9,8 +9,8 @@ from dialscore_server.contradiction.engine import (
     ContradictionDetector, DetectionJob, DetectionResult, Evidence, NLIPairClassifier,
     NoContradictionLabelError, Turn, find_contradiction_index, plan_pairs, unstructured_premise,
 )
-from dialscore_server.nll.engine import ScoringInputError
-from conftest import shared_file
+from dialscore_server.contract.errors import InputError
+from shared_data import shared_file
 
 
 class FakeClassifier:
@@ -126,22 +126,22 @@ def test_dialogues_and_jobs_share_one_classifier_call_and_regroup_in_order():
 def test_bad_input_names_the_field():
     det = ContradictionDetector(classifier=FakeClassifier())
     good = dialogue(("a", "x"))
-    with pytest.raises(ScoringInputError) as e:
+    with pytest.raises(InputError) as e:
         det.detect([good, []])
     assert e.value.param == "dialogues[1].turns"
-    with pytest.raises(ScoringInputError) as e:
+    with pytest.raises(InputError) as e:
         det.detect([dialogue(("a", "x"), ("b", "y"), ("a", "z"), ids=[1, 2, 1])])
     assert e.value.param == "dialogues[0].turns[2].id" and "unique" in str(e.value)
-    with pytest.raises(ScoringInputError) as e:  # turn 1 has no id, so its id is 1: a clash
+    with pytest.raises(InputError) as e:  # turn 1 has no id, so its id is 1: a clash
         det.detect([[Turn("a", "x", 1), Turn("b", "y")]])
     assert e.value.param == "dialogues[0].turns[1].id"
-    with pytest.raises(ScoringInputError) as e:
+    with pytest.raises(InputError) as e:
         det.detect([good], threshold=1.5)
     assert e.value.param == "threshold"
-    with pytest.raises(ScoringInputError) as e:
+    with pytest.raises(InputError) as e:
         det.detect([good], evidence_threshold=-0.1)
     assert e.value.param == "evidence_threshold"
-    with pytest.raises(ScoringInputError) as e:
+    with pytest.raises(InputError) as e:
         det.detect([good], mode="sideways")  # type: ignore[arg-type]
     assert e.value.param == "mode"
 

@@ -14,9 +14,10 @@ import random
 import pytest
 import torch
 
+from dialscore_server.contract.errors import InputError
 from dialscore_server.checkpoints.loading import LoadedModel, load_model
 from dialscore_server.nll.engine import (
-    EmptyTargetError, EncodedItem, NLLEngine, NLLItem, ScoringInputError, TargetTooLongError,
+    EmptyTargetError, EncodedItem, NLLEngine, NLLItem, TargetTooLongError,
 )
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.checkpoints.standins import (
@@ -448,7 +449,7 @@ def test_empty_target(loaded, name):
     bare = engine_for(loaded, name, format=fmt)
     with pytest.raises(EmptyTargetError) as err:
         bare.score([NLLItem(target="", context=("hi",))])
-    assert err.value.param == "target" and isinstance(err.value, ScoringInputError)
+    assert err.value.param == "target" and isinstance(err.value, InputError)
     assert bare.score([NLLItem(target="hi", context=())])[0].token_ids == _ids(engine, "hi")
 
 
@@ -459,7 +460,7 @@ def test_no_items(loaded, name):
 
 
 def test_item_with_source_and_context_is_rejected():
-    with pytest.raises(ScoringInputError):
+    with pytest.raises(InputError):
         NLLItem(target="x", source="a", context=("b",))
 
 

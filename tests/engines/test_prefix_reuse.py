@@ -240,7 +240,7 @@ def test_bf16_close_to_fp32(stand_in_registry, models):
 
 def test_serving_option_reaches_engine():
     """`serving.prefix_reuse` is a validated serving option (default on)."""
-    from dialscore_server.gateway.config import ServingOptions
+    from dialscore_server.contract.options import ServingOptions
 
     assert ServingOptions().prefix_reuse is True
     assert ServingOptions.model_validate({"prefix_reuse": False}).prefix_reuse is False

@@ -10,7 +10,7 @@ import pytest
 from dialscore_server.contradiction.engine import (
     ContradictionDetector, DetectionJob, Evidence, NLIPairClassifier, Turn,
 )
-from dialscore_server.nll.engine import ScoringInputError
+from dialscore_server.contract.errors import InputError
 from dialscore_server.rerank.engine import (
     DEFAULT_NLL_WEIGHT, Reranker, RerankWeights, candidate_speaker, query_context,
 )
@@ -137,7 +137,7 @@ def test_bad_input_names_the_field():
     ]
     for kwargs, param in cases:
         args = dict(context=CONTEXT, candidates=["a"]) | kwargs
-        with pytest.raises(ScoringInputError) as e:
+        with pytest.raises(InputError) as e:
             rr.rerank(args.pop("context"), args.pop("candidates"), **args)
         assert e.value.param == param, kwargs
 

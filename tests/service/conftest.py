@@ -21,7 +21,7 @@ class Served:
 
 
 def serve_args(stand_ins: Path, sharp: dict[str, Path], trained: Path):
-    from dialscore_server.gateway.config import AppArgs
+    from dialscore_server.gateway.args import AppArgs
 
     one_thread = {"num_cpus": 0.2, "num_threads": 1}
     return AppArgs.model_validate({

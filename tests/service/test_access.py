@@ -99,7 +99,7 @@ def authed(served):
     """A second gateway app under /authed with auth on, routed to the first app's deployments."""
     from ray import serve
 
-    from dialscore_server.gateway.app import Gateway
+    from dialscore_server.gateway.deployment import Gateway
 
     handle = serve.get_deployment_handle("nll-untrained-gpt2", app_name="dialscore")
     args = {"stand_ins": served.args.stand_ins, "auth_token_env": "DIALSCORE_TEST_TOKEN",

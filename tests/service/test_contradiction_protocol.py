@@ -10,7 +10,7 @@ from dialscore_server.contradiction.protocol import ContradictionRequest, Contra
 from dialscore_server.contract.errors import ServiceError
 from dialscore_server.rerank.engine import RerankOutput, RerankResult, RerankWeights
 from dialscore_server.rerank.protocol import RerankRequest, RerankResponse, TEIRerankRequest
-from dialscore_server.contract.schema import Limits
+from dialscore_server.contract.limits import Limits
 
 
 def errors(model, data) -> list[dict]:

@@ -22,7 +22,7 @@ from dialscore.evals.decode import read_decode
 from dialscore.evals.mutual import read_mutual, split_speaker
 from dialscore.evals.robustness import KINDS
 from dialscore.evals.runners import run_decode, run_mutual, run_robustness
-from tests.conftest import shared_file
+from shared_data import shared_file
 
 pytestmark = pytest.mark.serve
 

@@ -1,4 +1,4 @@
-"""Bearer-token auth on the gateway app (a fake gateway behind it; no Ray needed)."""
+"""Bearer-token auth on the gateway app (the in-process fake API behind it; no Ray needed)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,8 @@ import asyncio
 import httpx
 import pytest
 
-from dialscore_server.gateway.app import create_app, read_token
-from dialscore_server.contract.schema import Limits
-
-
-class FakeGateway:
-    """Just enough of dialscore_server.gateway.app.Gateway for the routes that do not reach a model."""
-
-    def __init__(self, token):
-        self.token = token
-        self.limits = Limits()
-        self.nll, self.classifiers, self.models = {}, {}, {}
-
-    async def card(self, model):  # pragma: no cover - no models here
-        raise AssertionError
-
-    async def readiness(self):
-        return {}
+from dialscore_server.gateway.auth import read_token
+from fake_api import FakeAPI
 
 
 def _get(app, path, headers=None):
@@ -34,12 +19,12 @@ def _get(app, path, headers=None):
 
 
 def test_auth_off_by_default():
-    app = create_app(FakeGateway(token=None))
+    app = FakeAPI(token=None).app
     assert _get(app, "/v1/models").status_code == 200
 
 
 def test_auth_on_guards_everything_but_healthz_and_docs():
-    app = create_app(FakeGateway(token="s3cret"))
+    app = FakeAPI(token="s3cret").app
     assert _get(app, "/healthz").status_code == 200
     assert _get(app, "/openapi.json").status_code == 200
     denied = _get(app, "/v1/models")
@@ -61,7 +46,7 @@ def test_token_from_env_or_secret_file(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("path", ["/v1/models", "/metrics", "/readyz"])
 def test_unauthorized_requests_are_counted_as_errors(path):
-    app = create_app(FakeGateway(token="t"))
+    app = FakeAPI(token="t").app
     _get(app, path)
     text = _get(app, "/metrics", {"Authorization": "Bearer t"}).text
     assert f'dialscore_errors_total{{endpoint="{path}",type="unauthorized"}}' in text

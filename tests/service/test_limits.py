@@ -13,9 +13,8 @@ import asyncio
 import httpx
 import pytest
 
-from dialscore_server.contract.errors import ServiceError
-from dialscore_server.gateway.app import create_app
-from dialscore_server.contract.schema import Limits
+from fake_api import FakeAPI
+from dialscore_server.contract.limits import Limits
 
 pytestmark = pytest.mark.serve
 
@@ -157,26 +156,11 @@ def test_openapi_documents_every_limit_with_this_deployments_values(served):
             assert f"at most {getattr(L, n)} " in op["description"] and f"`{n}`" in op["description"]
 
 
-class _FakeGateway:
-    """Enough of Gateway for limits and docs, with no model behind it (no Ray)."""
-
-    def __init__(self, limits: Limits):
-        self.limits, self.token = limits, None
-        self.nll, self.classifiers = {"m": None}, {"c": None}
-        self.models = {**self.nll, **self.classifiers}
-
-    def resolve(self, model, family, param):
-        raise ServiceError("unknown_model", "no models here", param=param)
-
-    async def readiness(self):
-        return {}
-
-
 def test_limits_are_configurable_per_deployment():
     """Another deployment's limits (Serve YAML `args.limits`) are enforced and documented."""
     small = Limits(max_body_bytes=2000, max_items=3, max_turns=2, max_text_chars=10, max_dialogues=2,
                    max_candidates=2)
-    app = create_app(_FakeGateway(small))
+    app = FakeAPI(limits=small).app
 
     async def go():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:

@@ -7,7 +7,7 @@ import pytest
 
 from dialscore_server.contradiction.decode import read_decode
 from dialscore_server.rerank.engine import query_context
-from tests.conftest import shared_file
+from shared_data import shared_file
 
 pytestmark = pytest.mark.serve
 

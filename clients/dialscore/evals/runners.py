@@ -71,7 +71,8 @@ from dialscore.evals.robustness import (
 
 if TYPE_CHECKING:  # the client (httpx, pydantic) is imported when a runner runs: `--help` stays fast
     from dialscore.client import AsyncDialscoreClient, DialscoreClient
-    from dialscore.types import ContradictionResult, ModelInfo, NLLResult, RerankResponse
+    from dialscore.model_card import ModelCard
+    from dialscore.types import ContradictionResult, NLLResult, RerankResponse
 
 __all__ = [
     "MUTUAL_SCORERS", "ROBUSTNESS_SCORERS", "DECODE_MODES", "DIAGNOSTICS",
@@ -126,11 +127,11 @@ def data_checksum(path: str | Path) -> str:
     return h.hexdigest()
 
 
-async def _served(client: AsyncDialscoreClient) -> dict[str, ModelInfo]:
+async def _served(client: AsyncDialscoreClient) -> dict[str, ModelCard]:
     return {m.name: m for m in await client.models()}
 
 
-def _resolve(served: Mapping[str, ModelInfo], name: str | None, kind: str, purpose: str) -> ModelInfo:
+def _resolve(served: Mapping[str, ModelCard], name: str | None, kind: str, purpose: str) -> ModelCard:
     """The served model `name`, checked to be a classifier (kind "classifier") or a dialogue model."""
     wanted = [m for m, info in served.items() if (info.family == "classifier") == (kind == "classifier")]
     what = "an NLI classifier" if kind == "classifier" else "a dialogue (NLL) model"
@@ -146,7 +147,7 @@ def _resolve(served: Mapping[str, ModelInfo], name: str | None, kind: str, purpo
     return served[name]
 
 
-def _provenance(served: Mapping[str, ModelInfo], names: Sequence[str | None]) -> dict[str, Any]:
+def _provenance(served: Mapping[str, ModelCard], names: Sequence[str | None]) -> dict[str, Any]:
     """{name: provenance} of the models used, as GET /v1/models reports them."""
     out: dict[str, Any] = {}
     for name in names:

@@ -43,7 +43,8 @@ from dialscore.client import AsyncDialscoreClient, DialscoreClient
 from dialscore.probes.corruptions import CORRUPTIONS, CorruptedPair, CorruptionSet, corrupt_dialogues
 from dialscore.probes.data import Dialogue, load_dialogues
 from dialscore.probes.report import Report, ScoredPair, summarize, write_outputs
-from dialscore.types import ModelFormat, ModelInfo, NLLResult
+from dialscore.model_card import ModelCard
+from dialscore.types import NLLResult
 
 __all__ = ["SETTINGS", "ProbeItem", "ProbePlan", "ScoreStore", "arun_probes", "plan_probes",
            "run_probes"]
@@ -72,15 +73,15 @@ class ProbeItem:
         return out
 
 
-def format_choices(info: ModelInfo) -> dict[str, Any]:
+def format_choices(info: ModelCard) -> dict[str, Any]:
     """Where the explanation goes and what the why turn says, for a model (the report states them)."""
-    fmt = info.format or ModelFormat()
-    return {"explanation_placement": fmt.knowledge_position or DEFAULT_PLACEMENT,
-            "why_turn": fmt.why_turn or DEFAULT_WHY_TURN,
-            "reported_by_server": info.format is not None}
+    fmt = info.format
+    return {"explanation_placement": fmt.knowledge_position if fmt else DEFAULT_PLACEMENT,
+            "why_turn": fmt.why_turn if fmt else DEFAULT_WHY_TURN,
+            "reported_by_server": fmt is not None}
 
 
-def model_fingerprint(info: ModelInfo) -> dict[str, Any]:
+def model_fingerprint(info: ModelCard) -> dict[str, Any]:
     """What decides a model's NLLs, as the server reports it (device left out on purpose)."""
     return {"name": info.name, "source": info.source, "revision": info.revision,
             "family": info.family, "max_length": info.max_length, "dtype": info.dtype,
@@ -120,7 +121,7 @@ class ProbePlan:
         return [i for i in self.items.values() if i.model == model]
 
 
-def plan_probes(dialogues: Sequence[Dialogue], models: Sequence[ModelInfo],
+def plan_probes(dialogues: Sequence[Dialogue], models: Sequence[ModelCard],
                 settings: Sequence[str] = SETTINGS, seed: int = 0,
                 corruptions: Sequence[str] = CORRUPTIONS) -> ProbePlan:
     """Build every pair and its two items, deduplicating identical items."""
@@ -201,7 +202,7 @@ def _score_row(item: ProbeItem, result: NLLResult) -> dict[str, Any]:
             "context": list(item.context), "knowledge": item.knowledge, "target": item.target}
 
 
-def _resolve_models(available: Sequence[ModelInfo], wanted: Sequence[str] | str | None) -> list[ModelInfo]:
+def _resolve_models(available: Sequence[ModelCard], wanted: Sequence[str] | str | None) -> list[ModelCard]:
     by_name = {m.name: m for m in available}
     if wanted is None:
         chosen = [m for m in available if m.family != "classifier"]
@@ -234,7 +235,7 @@ class _Run:
     """State shared by the sync and async runners."""
 
     dialogues: list[Dialogue]
-    models: list[ModelInfo]
+    models: list[ModelCard]
     plan: ProbePlan
     store: ScoreStore
     scores: dict[str, dict[str, Any]]
@@ -271,7 +272,7 @@ class _Run:
             self.bar = None
 
 
-def _prepare(data: str | Path | Sequence[Dialogue], available: Sequence[ModelInfo],
+def _prepare(data: str | Path | Sequence[Dialogue], available: Sequence[ModelCard],
              models: Sequence[str] | str | None, settings: Sequence[str] | str, seed: int,
              out_dir: str | Path, corruptions: Sequence[str], chunk_size: int, n_boot: int,
              base_url: str, progress: bool) -> _Run:

@@ -18,7 +18,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-Family = Literal["causal", "seq2seq", "classifier"]
+from dialscore.model_card import DialogueFormat, Family
+
 DType = Literal["float32", "bfloat16", "float16"]
 
 
@@ -26,64 +27,6 @@ class _Strict(BaseModel):
     """Base for every config: unknown keys are an error, so a typo in YAML fails loudly."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
-
-
-class DialogueFormat(_Strict):
-    """How a dialogue (turns, optional knowledge sentence, target) becomes model input.
-
-    Separators may contain the placeholders ``{eos}`` and ``{bos}``, resolved against the model's
-    own tokenizer (DialoGPT joins turns with ``<|endoftext|>``, its eos token).
-
-    Source layout, for turns ``t_1..t_n`` and an optional knowledge sentence ``K``::
-
-        [K + knowledge_separator]  t_1 + turn_separator + ... + t_n [+ turn_separator if separator_after_last]
-
-    The knowledge part is *pinned*: left truncation removes the oldest turns first and reaches the
-    knowledge only when no turn is left.
-    """
-
-    turn_separator: str = Field(description="Text placed between consecutive turns.")
-    separator_after_last: bool = Field(
-        False,
-        description="Also place the separator after the last turn, so the target follows a separator "
-        "(DialoGPT's training format).",
-    )
-    knowledge_position: Literal["before_history", "after_history"] = Field(
-        "before_history",
-        description="Where a knowledge/explanation sentence goes relative to the history (CEDAR "
-        "inference probing's explanation placement; default before the history, like TopicalChat).",
-    )
-    knowledge_separator: str = Field(
-        "{eos}", description="Text placed between the knowledge sentence and the history."
-    )
-    why_turn: str = Field(
-        "Why?",
-        description="The turn appended after the response in CEDAR attribution probing; the "
-        "explanation is scored as the answer to it.",
-    )
-    append_eos: bool = Field(
-        True,
-        description="Append the tokenizer's eos token to every target; it is then scored as the "
-        "target's last token. Every NLL response states this value.",
-    )
-    target_bos: bool = Field(
-        False,
-        description="Encoder-decoder only: feed the tokenizer's bos token after the decoder start "
-        "token, unscored, before the target (BART generates this way: forced_bos_token_id).",
-    )
-    source_bos: bool = Field(
-        False, description="Encoder-decoder only: prepend the bos token to the encoder input (BART)."
-    )
-    source_eos: bool = Field(
-        True, description="Encoder-decoder only: append the eos token to the encoder input."
-    )
-
-    def join_turns(self, turns: Sequence[str]) -> str:
-        """Join turns with this format's separator (placeholders unresolved)."""
-        text = self.turn_separator.join(turns)
-        if turns and self.separator_after_last:
-            text += self.turn_separator
-        return text
 
 
 # The paper models' formats. BlenderBot and BART choices follow their fine-tuning recipes; the
@@ -121,6 +64,18 @@ class ModelConfig(_Strict):
         "Also set automatically when the checkpoint carries the stand-in marker file.",
     )
     description: str = Field("", description="Free text for /v1/models and reports.")
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _known_format_keys(cls, v: Any) -> Any:
+        # DialogueFormat itself ignores unknown keys (it is also the wire type clients read);
+        # a configuration must not: a misspelt key would silently keep the default.
+        if isinstance(v, Mapping):
+            unknown = sorted(set(v) - set(DialogueFormat.model_fields))
+            if unknown:
+                raise ValueError(f"unknown format key(s) {', '.join(unknown)}; known: "
+                                 f"{', '.join(DialogueFormat.model_fields)}")
+        return v
 
     @field_validator("source")
     @classmethod

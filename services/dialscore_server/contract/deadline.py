@@ -1,6 +1,9 @@
-"""Waiting on a deployment handle call with two deadlines: one for a replica to accept the request,
-one for the answer. Used by the gateway and by the rerank deployment (which calls the detector and
-NLL deployments itself), so a dead or saturated model is a prompt 503, never a silent wait."""
+"""Calling a deployment handle under deadlines, and what its failures mean.
+
+:func:`answer` waits with two deadlines: one for a replica to accept the request, one for the
+answer. :func:`from_ray` maps the errors Ray raises for a handle call onto the closed error set.
+Used by the gateway and by the rerank deployment (which calls the detector and NLL deployments
+itself), so a dead or saturated model is a prompt 503 or 424, never a silent wait or a 500."""
 
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ async def answer(pending, timeout: float, queue_timeout: float | None):
     waiting while a crashed replica is replaced: Serve's router would hold it until one is back)
     is cancelled and answered 503 ``overloaded`` with Retry-After. The whole call is bounded by
     `timeout` (then TimeoutError, which the caller maps to 408, and the call is cancelled).
-    Ray errors are raised as they are (see services/dialscore_server/gateway/errors.py:from_ray).
+    Ray errors are raised as they are (see :func:`from_ray`).
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -47,3 +50,26 @@ async def answer(pending, timeout: float, queue_timeout: float | None):
     except TimeoutError:
         cancel(pending)
         raise
+
+
+def from_ray(exc: BaseException) -> ServiceError:
+    """Errors raised by a deployment handle: backpressure, dead replicas, timeouts."""
+    from ray import exceptions as ray_exc
+    from ray.serve.exceptions import (
+        BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError, RequestCancelledError,
+    )
+
+    if isinstance(exc, BackPressureError):
+        return ServiceError("overloaded", "the model's queue is full; retry later", retry_after=1.0)
+    if isinstance(exc, (TimeoutError, RequestCancelledError)):
+        return ServiceError("timeout", "the request did not finish within the server's deadline")
+    if isinstance(exc, (ray_exc.RayActorError, ray_exc.ActorDiedError, ray_exc.ActorUnavailableError,
+                        ReplicaUnavailableError)):
+        return ServiceError("model_error", "the model replica failed or is restarting; retry",
+                            retry_after=2.0)
+    if isinstance(exc, DeploymentUnavailableError):
+        return ServiceError("model_error", "the model deployment is unavailable (it failed to "
+                            "deploy); retry later", retry_after=10.0)
+    logger.exception("model deployment failed", exc_info=exc)
+    return ServiceError("model_error", f"the model deployment failed: {type(exc).__name__}",
+                        retry_after=2.0)

@@ -60,7 +60,12 @@ class ErrorResponse(BaseModel):
 
 
 class ServiceError(Exception):
-    """An error with a type from the closed set; the gateway turns it into an ErrorResponse."""
+    """An error with a type from the closed set; the gateway turns it into an ErrorResponse.
+
+    This object is also the one wire shape of an error across the Ray hop: a deployment puts it
+    in its :class:`~dialscore_server.contract.reply.Reply` and it is pickled as itself (type,
+    message, param, retry_after), whatever the class that raised it.
+    """
 
     def __init__(self, type: ErrorType, message: str, param: str | None = None,
                  retry_after: float | None = None):
@@ -70,19 +75,49 @@ class ServiceError(Exception):
         self.param = param
         self.retry_after = retry_after
 
+    def __reduce__(self):
+        # Crosses process boundaries as a plain ServiceError: the receiving side needs the four
+        # fields, not the raising class (which may not even be importable there).
+        return (ServiceError, (self.type, self.message, self.param, self.retry_after))
+
+    def __repr__(self) -> str:
+        return (f"ServiceError(type={self.type!r}, message={self.message!r}, param={self.param!r}, "
+                f"retry_after={self.retry_after!r})")
+
     @property
     def status(self) -> int:
         return STATUS[self.type]
 
-    def as_data(self) -> dict:
-        """The constructor's arguments as a plain dict: how a deployment hands the error back to
-        the gateway across the process hop (``ServiceError(**data)`` rebuilds it there)."""
-        return {"type": self.type, "message": self.message, "param": self.param,
-                "retry_after": self.retry_after}
-
     def body(self) -> dict:
         return ErrorResponse(error=ErrorDetail(type=self.type, message=self.message,
                                                param=self.param)).model_dump()
+
+
+class InputError(ServiceError, ValueError):
+    """Input that cannot be served as given: ``invalid_request`` (422), `param` naming the field.
+
+    The one input-error class: engines, pairing and the reranker raise it (or a subclass) with
+    `param` relative to what they were given (``target``, ``turns[3].id``); each layer that wraps
+    the input in a bigger request re-roots the path with :meth:`within`, so the caller sees the
+    field of its own request (``items[7].target``). It is a ``ValueError`` too, so in-process
+    callers of an engine can catch it as one.
+    """
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__("invalid_request", message, param)
+
+    def within(self, prefix: str) -> "InputError":
+        """The same error with `param` under `prefix`: ``target`` within ``items[3]`` is
+        ``items[3].target``; ``[2]`` within ``turns`` is ``turns[2]``; no param gives `prefix`."""
+        if not self.param:
+            param = prefix
+        elif self.param.startswith("["):
+            param = prefix + self.param
+        else:
+            param = f"{prefix}.{self.param}"
+        out = type(self).__new__(type(self))
+        InputError.__init__(out, self.message, param)
+        return out
 
 
 def error_responses(*types: ErrorType) -> dict[int | str, dict]:

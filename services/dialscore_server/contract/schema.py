@@ -1,15 +1,13 @@
-"""What every endpoint's protocol module shares: the base model, the text type, and the limits.
-
-Limits are enforced by the gateway before anything is tokenized, each violation a 413
-(`payload_too_large`) naming the field; they are configurable per deployment (Serve YAML
-`args.limits`) and listed in the README.
-"""
+"""What every endpoint's protocol module shares: the base model, the text types and the limit
+marks of the OpenAPI schema (the limits themselves: :mod:`dialscore_server.contract.limits`)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+from dialscore_server.contract.limits import Limits
 
 
 class APIModel(BaseModel):
@@ -33,7 +31,7 @@ class LimitedBy:
     """Marks a list or string field as bounded by the deployment limit `name` (a field of
     :class:`Limits`). Validation ignores it (the gateway enforces limits with 413, not pydantic's
     422); the OpenAPI schema carries ``"x-limit": name``, which the gateway replaces with the
-    configured value as ``maxItems``/``maxLength`` (see services/dialscore_server/gateway/limits.py)."""
+    configured value as ``maxItems``/``maxLength`` (see dialscore_server.gateway.openapi)."""
 
     def __init__(self, *names: str):
         for name in names:
@@ -50,17 +48,6 @@ class LimitedBy:
 
 #: Any valid Unicode string (no lone surrogates), any length: no character limit.
 UnlimitedText = Annotated[str, AfterValidator(_encodable)]
-
-
-class Limits(APIModel):
-    """Request size limits of one deployment. Each is checked before tokenization."""
-
-    max_body_bytes: int = Field(8_000_000, ge=1, description="Largest request body, in bytes.")
-    max_items: int = Field(1024, ge=1, description="Most items in one POST /v1/nll.")
-    max_turns: int = Field(256, ge=1, description="Most turns in one context or dialogue.")
-    max_text_chars: int = Field(20_000, ge=1, description="Longest single text (turn, target...).")
-    max_dialogues: int = Field(1024, ge=1, description="Most dialogues in one POST /v1/contradiction.")
-    max_candidates: int = Field(256, ge=1, description="Most candidates in one rerank request.")
 
 
 #: Any user text: valid Unicode, at most `max_text_chars` characters (checked by the gateway).

@@ -6,12 +6,14 @@ No `from __future__ import annotations` here: FastAPI reads these annotations at
 from fastapi import APIRouter, Response
 
 from dialscore_server import metrics
-from dialscore_server.contradiction.protocol import ContradictionRequest, ContradictionResponse
-from dialscore_server.contract.errors import ServiceError, error_responses
+from dialscore_server.contract.backend import Backend
+from dialscore_server.contract.errors import error_responses
 from dialscore_server.contract.strict_json import StrictJSONRoute
+from dialscore_server.contradiction.protocol import ContradictionRequest, ContradictionResponse
 
 
-def build_router(gw) -> APIRouter:
+def build_router(gw: Backend) -> APIRouter:
+    """The routes, bound to the backend `gw` (nothing here imports the gateway)."""
     router = APIRouter(route_class=StrictJSONRoute)
 
     @router.post("/v1/contradiction", response_model=ContradictionResponse,
@@ -26,14 +28,13 @@ def build_router(gw) -> APIRouter:
         body.check_limits(gw.limits)
         model = gw.resolve(body.model, "classifier", "model")
         reply = await gw.call(model, "detect", body.to_job())
-        if reply.error:
-            raise ServiceError(**reply.error)
+        results = reply.unwrap()
         card = await gw.card(model)
-        metrics.ITEMS.labels(model).inc(len(reply.results))
+        metrics.ITEMS.labels(model).inc(len(results))
         metrics.BATCH_REQUESTS.labels(model).observe(reply.batch_requests)
         response.headers["x-compute-time"] = f"{reply.compute_s:.4f}"
-        return ContradictionResponse.from_engine(body, reply.results, model=model,
-                                                 stand_in=card["stand_in"], source=card["source"],
-                                                 revision=card["revision"])
+        return ContradictionResponse.from_engine(body, results, model=model,
+                                                 stand_in=card.stand_in, source=card.source,
+                                                 revision=card.revision)
 
     return router

@@ -56,11 +56,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_threads
-from dialscore_server.nll.engine import ScoringInputError
+from dialscore.model_card import ModelCard
+from dialscore_server.contract.errors import InputError
 from dialscore_server.checkpoints.registry import ModelConfig
+
+if TYPE_CHECKING:
+    from dialscore_server.contract.options import ServingOptions
 
 Mode = Literal["structured", "unstructured"]
 MODES: tuple[Mode, ...] = ("structured", "unstructured")
@@ -137,7 +141,7 @@ class PlannedPair:
 def turn_ids(turns: Sequence[Turn], param: str = "turns") -> list[TurnId]:
     """Each turn's effective id (its `id`, else its position), checked unique within the dialogue.
 
-    Raises :class:`ScoringInputError` naming ``{param}[j].id`` for a repeated id.
+    Raises :class:`InputError` naming ``{param}[j].id`` for a repeated id.
     """
     ids: list[TurnId] = []
     seen: dict[TurnId, int] = {}
@@ -145,10 +149,10 @@ def turn_ids(turns: Sequence[Turn], param: str = "turns") -> list[TurnId]:
         tid = j if turn.id is None else turn.id
         # 1 and True hash alike; ids are ints or strings, never booleans.
         if isinstance(tid, bool) or not isinstance(tid, (int, str)):
-            raise ScoringInputError(f"turn id must be an integer or a string, got {tid!r}",
+            raise InputError(f"turn id must be an integer or a string, got {tid!r}",
                                     f"{param}[{j}].id")
         if tid in seen:
-            raise ScoringInputError(
+            raise InputError(
                 f"turn ids must be unique within a dialogue: {param}[{j}] has id {tid!r}, like "
                 f"{param}[{seen[tid]}] (a turn without an id is identified by its position)",
                 f"{param}[{j}].id")
@@ -170,12 +174,12 @@ def unstructured_premise(turns: Sequence[Turn]) -> str:
 def plan_pairs(turns: Sequence[Turn], mode: Mode = "structured", param: str = "turns") -> list[PlannedPair]:
     """The pairs classified for one dialogue (see the module docstring), in dialogue order.
 
-    Raises :class:`ScoringInputError` for an empty dialogue, a repeated id or an unknown mode.
+    Raises :class:`InputError` for an empty dialogue, a repeated id or an unknown mode.
     """
     if mode not in MODES:
-        raise ScoringInputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}", "mode")
+        raise InputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}", "mode")
     if not turns:
-        raise ScoringInputError("a dialogue needs at least one turn", param)
+        raise InputError("a dialogue needs at least one turn", param)
     ids = turn_ids(turns, param)
     last = turns[-1]
     earlier = turns[:-1]
@@ -197,7 +201,7 @@ def _same_speaker(a: Speaker, b: Speaker) -> bool:
 
 def check_threshold(value: float, param: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise ScoringInputError(f"{param} must be a number in [0, 1]; got {value!r}", param)
+        raise InputError(f"{param} must be a number in [0, 1]; got {value!r}", param)
     return float(value)
 
 
@@ -494,6 +498,32 @@ class ContradictionDetector:
         self.config = config
         self.classifier: PairClassifier = classifier
 
+    @classmethod
+    def from_options(cls, config: ModelConfig, options: ServingOptions) -> ContradictionDetector:
+        """The detector as a deployment serves it (see :class:`~dialscore_server.contract.engine.Engine`)."""
+        return cls(config, token_budget=options.token_budget, num_threads=options.num_threads)
+
+    def card(self) -> ModelCard:
+        """The classifier's card: provenance, labels in index order, the contradiction index."""
+        c = self.config
+        loaded = getattr(self.classifier, "loaded", None)
+        if c is None:
+            return ModelCard(name="injected", family="classifier", stand_in=self.stand_in)
+        return ModelCard(
+            name=c.name, family=c.family, source=c.source,
+            revision=loaded.resolved_revision if loaded else None, max_length=c.max_length,
+            dtype=c.dtype, device=loaded.device if loaded else None, stand_in=self.stand_in,
+            labels=list(getattr(self.classifier, "labels", ())) or None,
+            contradiction_index=getattr(self.classifier, "contradiction_index", None))
+
+    def check_health(self) -> None:
+        """A real forward pass on one pair."""
+        self.classifier.contradiction_probs([("I like fish.", "I never eat fish.")])
+
+    def close(self) -> None:
+        """Drop the classifier and its model."""
+        self.classifier = None  # type: ignore[assignment]
+
     @property
     def stand_in(self) -> bool:
         """True when the classifier runs a random-weight stand-in checkpoint."""
@@ -504,7 +534,7 @@ class ContradictionDetector:
                evidence_threshold: float | None = None) -> list[DetectionResult]:
         """One :class:`DetectionResult` per dialogue, in order; all pairs in one classifier call.
 
-        Raises :class:`ScoringInputError` (param e.g. ``dialogues[2].turns[4].id``) for an empty
+        Raises :class:`InputError` (param e.g. ``dialogues[2].turns[4].id``) for an empty
         dialogue, a repeated turn id, an unknown mode or a threshold outside [0, 1].
         """
         return self.detect_many([DetectionJob(dialogues, mode, threshold, evidence_threshold)])[0]
@@ -513,7 +543,7 @@ class ContradictionDetector:
         """Results for several jobs (e.g. requests gathered by a batching deployment), each in
         order, from a single classifier call over every pair of every job.
 
-        Inputs are all validated before anything is classified; a :class:`ScoringInputError`
+        Inputs are all validated before anything is classified; a :class:`InputError`
         names the offending field relative to its job (``dialogues[i]...``, ``threshold``).
         """
         planned: list[tuple[DetectionJob, float, float, list[list[PlannedPair]]]] = []

@@ -13,8 +13,8 @@ from pydantic import Field, field_validator
 from dialscore_server.contradiction.engine import (
     DEFAULT_THRESHOLD, DetectionJob, DetectionResult, Evidence, Turn,
 )
-from dialscore_server.contract.errors import ServiceError
-from dialscore_server.contract.schema import APIModel, Limits, Text, limited
+from dialscore_server.contract.limits import Limits, check_texts, too_many
+from dialscore_server.contract.schema import APIModel, Text, limited
 
 Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 SpeakerIn = Annotated[int | str, Field(
@@ -89,20 +89,11 @@ class ContradictionRequest(APIModel):
     def check_limits(self, limits: Limits) -> None:
         """Raise ``payload_too_large`` (413) naming the field for a request over `limits`."""
         if len(self.dialogues) > limits.max_dialogues:
-            raise ServiceError("payload_too_large", f"{len(self.dialogues)} dialogues; at most "
-                               f"{limits.max_dialogues} per request", "dialogues")
+            raise too_many("dialogues", len(self.dialogues), limits.max_dialogues, "dialogues")
         for i, d in enumerate(self.dialogues):
             if len(d.turns) > limits.max_turns:
-                raise ServiceError("payload_too_large", f"{len(d.turns)} turns; at most "
-                                   f"{limits.max_turns} per dialogue", f"dialogues[{i}].turns")
-        check_text_limit(self.texts(), limits)
-
-
-def check_text_limit(texts: Sequence[tuple[str, str]], limits: Limits) -> None:
-    for param, text in texts:
-        if len(text) > limits.max_text_chars:
-            raise ServiceError("payload_too_large", f"text has {len(text)} characters; at most "
-                               f"{limits.max_text_chars}", param)
+                raise too_many(f"dialogues[{i}].turns", len(d.turns), limits.max_turns, "turns")
+        check_texts(self.texts(), limits)
 
 
 class EvidenceOut(APIModel):

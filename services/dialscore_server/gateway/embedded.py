@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from dialscore_server.gateway.config import AppArgs
+from dialscore_server.gateway.args import AppArgs
 
 #: The embedded default's Serve config (deployments/local.yaml, shipped inside the package).
 LOCAL_CONFIG = Path(str(files("dialscore_server.deployments") / "local.yaml"))
@@ -51,7 +51,7 @@ def serve_locally(args: AppArgs, *, num_cpus: int | None = None, name: str = "di
     from ray import serve
 
     import dialscore_server
-    from dialscore_server.gateway.app import build_app
+    from dialscore_server.gateway.build import build_app
 
     port = port or free_port()
     roots = [str(Path(pkg.__file__).resolve().parents[1]) for pkg in (dialscore_server, dialscore)]

@@ -41,10 +41,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dialscore.model_card import ModelCard
 from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_threads
+from dialscore_server.contract.errors import InputError
 from dialscore_server.checkpoints.registry import ModelConfig
+
+if TYPE_CHECKING:
+    from dialscore_server.contract.options import ServingOptions
 
 #: Decoder-only items are grouped under a shared prefix only when they share at least this many
 #: tokens (and the group has at least two items). See :meth:`NLLEngine._share_prefixes`.
@@ -92,19 +97,11 @@ def default_token_budget(device: str, width: int) -> int:
     return min(16384, max(1024, 2 ** 20 // max(1, width)))
 
 
-class ScoringInputError(ValueError):
-    """An item that cannot be scored as given; `param` names the offending field (e.g. `target`)."""
-
-    def __init__(self, message: str, param: str):
-        super().__init__(message)
-        self.param = param
-
-
-class TargetTooLongError(ScoringInputError):
+class TargetTooLongError(InputError):
     """The target alone does not fit the model's window (targets are never truncated)."""
 
 
-class EmptyTargetError(ScoringInputError):
+class EmptyTargetError(InputError):
     """The target produced no token to score."""
 
 
@@ -123,7 +120,7 @@ class NLLItem:
 
     def __post_init__(self) -> None:
         if self.source is not None and (self.context is not None or self.knowledge is not None):
-            raise ScoringInputError("give either `source` or `context`/`knowledge`, not both", "source")
+            raise InputError("give either `source` or `context`/`knowledge`, not both", "source")
 
 
 @dataclass(frozen=True)
@@ -285,6 +282,28 @@ class NLLEngine:
         else:
             self.decoder_prefix = ()
 
+    # ----------------------------------------------------------------------------- lifecycle
+    @classmethod
+    def from_options(cls, config: ModelConfig, options: ServingOptions) -> NLLEngine:
+        """The engine as a deployment serves it (see :class:`~dialscore_server.contract.engine.Engine`)."""
+        return cls(config, token_budget=options.token_budget, num_threads=options.num_threads,
+                   prefix_reuse=options.prefix_reuse, fast_kernels=options.fast_kernels)
+
+    def card(self) -> ModelCard:
+        c, loaded = self.config, self.loaded
+        return ModelCard(name=c.name, family=c.family, source=c.source,
+                         revision=loaded.resolved_revision, max_length=c.max_length, dtype=c.dtype,
+                         device=loaded.device, stand_in=loaded.stand_in, format=c.format)
+
+    def check_health(self) -> None:
+        """A real one-token forward pass."""
+        self.score_encoded([self.encode(NLLItem(target="ok", source=""))])
+
+    def close(self) -> None:
+        """Drop the model and its float32 head copy (the caller drops the engine)."""
+        self.model = self._head_fp32 = self._head_bias_fp32 = None
+        self.loaded = None  # type: ignore[assignment]
+
     # ----------------------------------------------------------------------------- formatting
     @property
     def stand_in(self) -> bool:
@@ -313,7 +332,7 @@ class NLLEngine:
 
     # ----------------------------------------------------------------------------- encoding
     def encode(self, item: NLLItem) -> EncodedItem:
-        """Tokenize and truncate one item; raise :class:`ScoringInputError` if it cannot be scored."""
+        """Tokenize and truncate one item; raise :class:`InputError` if it cannot be scored."""
         target = self._ids(item.target)
         if self.fmt.append_eos:
             target.append(self.eos_id)

@@ -7,6 +7,7 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from dialscore_server.nll.engine import NLLItem
+from dialscore_server.contract.limits import Limits, check_texts, too_many
 from dialscore_server.contract.schema import APIModel, Text, limited
 
 
@@ -52,6 +53,16 @@ class NLLRequest(APIModel):
     items: Annotated[list[NLLItemIn], Field(min_length=1), limited("max_items")] = Field(
         description="What to score; results come back in the same order.")
     return_tokens: bool = Field(False, description="Also return per-token NLLs and the target tokens.")
+
+    def check_limits(self, limits: Limits) -> None:
+        """Raise ``payload_too_large`` (413) naming the field: items per request, turns per
+        context, characters per text."""
+        if len(self.items) > limits.max_items:
+            raise too_many("items", len(self.items), limits.max_items, "items")
+        for i, item in enumerate(self.items):
+            if item.context is not None and len(item.context) > limits.max_turns:
+                raise too_many(f"items[{i}].context", len(item.context), limits.max_turns, "turns")
+            check_texts(((f"items[{i}].{name}", text) for name, text in item.texts()), limits)
 
 
 class NLLResultOut(APIModel):

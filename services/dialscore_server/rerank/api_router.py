@@ -8,7 +8,8 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from dialscore_server.contract.errors import ServiceError, error_responses
+from dialscore_server.contract.backend import Backend
+from dialscore_server.contract.errors import error_responses
 from dialscore_server.contract.strict_json import StrictJSONRoute
 from dialscore_server.rerank.protocol import (
     RerankRequest, RerankResponse, TEIRerankRequest, TEIRerankResponse, tei_results,
@@ -18,7 +19,8 @@ ERRORS = error_responses("invalid_request", "unknown_model", "payload_too_large"
                          "timeout", "model_error")
 
 
-def build_router(gw) -> APIRouter:
+def build_router(gw: Backend) -> APIRouter:
+    """The routes, bound to the backend `gw` (nothing here imports the gateway)."""
     router = APIRouter(route_class=StrictJSONRoute)
 
     async def run(context, candidates, kwargs: dict[str, Any], model: str | None, nll_model: str | None):
@@ -26,9 +28,7 @@ def build_router(gw) -> APIRouter:
         if nll_model is not None:
             gw.resolve(nll_model, "nll", "nll_model")
         reply = await gw.call_rerank(context, candidates, kwargs, detector, nll_model)
-        if reply.error:
-            raise ServiceError(**reply.error)
-        return detector, reply.output
+        return detector, reply.unwrap()
 
     @router.post("/v1/rerank", response_model=RerankResponse, responses=ERRORS,
                  summary="Order candidate replies, least contradictory first.",
@@ -41,9 +41,9 @@ def build_router(gw) -> APIRouter:
                                   body.nll_model)
         card = await gw.card(detector)
         nll_card = await gw.card(body.nll_model) if body.nll_model else None
-        return RerankResponse.from_engine(out, model=detector, stand_in=card["stand_in"],
+        return RerankResponse.from_engine(out, model=detector, stand_in=card.stand_in,
                                           nll_model=body.nll_model,
-                                          nll_stand_in=nll_card["stand_in"] if nll_card else None)
+                                          nll_stand_in=nll_card.stand_in if nll_card else None)
 
     @router.post("/rerank", response_model=TEIRerankResponse, responses=ERRORS,
                  summary="Rerank in text-embeddings-inference's shape (query = the dialogue so far).",

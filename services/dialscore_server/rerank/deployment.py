@@ -7,37 +7,22 @@ combines them with :class:`~dialscore_server.rerank.engine.Reranker`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from dialscore_server.contradiction.engine import DetectionJob, DetectionResult, Turn
+from dialscore_server.contract.deadline import answer, from_ray
 from dialscore_server.contract.errors import ServiceError
-from dialscore_server.contract.deadline import answer
-from dialscore_server.gateway.errors import from_ray
-from dialscore_server.nll.engine import NLLItem, ScoringInputError
+from dialscore_server.contract.reply import Reply
+from dialscore_server.nll.engine import NLLItem
 from dialscore_server.rerank.engine import Reranker, RerankOutput
-
-
-class _Upstream(Exception):
-    """A detector/NLL deployment answered with an error body; carried back unchanged."""
-
-    def __init__(self, error: dict):
-        super().__init__(error.get("message", ""))
-        self.error = error
-
-
-@dataclass
-class RerankReply:
-    output: RerankOutput | None = None
-    error: dict | None = None
 
 
 @serve.deployment(name="rerank", max_ongoing_requests=128, ray_actor_options={"num_cpus": 0.1})
 class RerankDeployment:
-    """Methods: `rerank`, `info`."""
+    """Holds no model; composes the detector and NLL deployments. Method: `rerank`."""
 
     def __init__(self, detectors: dict[str, DeploymentHandle], nll: dict[str, DeploymentHandle],
                  request_timeout_s: float = 60.0, queue_timeout_s: float | None = None):
@@ -47,40 +32,35 @@ class RerankDeployment:
         self.timeout = request_timeout_s
         self.queue_timeout = queue_timeout_s
 
-    def info(self) -> dict[str, Any]:
-        return {"detectors": sorted(self.detectors), "nll_models": sorted(self.nll)}
-
     async def rerank(self, context: list[Turn], candidates: list[str], kwargs: dict[str, Any],
-                     model: str, nll_model: str | None = None) -> RerankReply:
+                     model: str, nll_model: str | None = None) -> Reply[RerankOutput]:
         """Rerank `candidates`; `model` and `nll_model` were checked by the gateway."""
         detector = self.detectors[model]
 
         async def detect(job: DetectionJob) -> list[DetectionResult]:
             reply = await answer(detector.detect.remote(job), self.timeout, self.queue_timeout)
-            if reply.error:
-                raise _Upstream(reply.error)
-            return reply.results
+            return reply.unwrap()
 
         async def nll(context_texts: list[str], cands: list[str]) -> list[float]:
             items = [NLLItem(target=c, context=tuple(context_texts)) for c in cands]
             reply = await answer(self.nll[nll_model].score.remote(items), self.timeout, self.queue_timeout)
-            if reply.error:
+            if reply.error is not None:
                 # The NLL engine names `items[k].target`; for the caller that is `candidates[k]`.
-                param = (reply.error.get("param") or "").replace("items[", "candidates[").replace("].target", "]")
-                raise _Upstream({**reply.error, "param": param or "candidates"})
-            return [r.nll for r in reply.results]
+                err = reply.error
+                err.param = (err.param or "").replace("items[", "candidates[").replace("].target", "]") \
+                    or "candidates"
+                raise err
+            return [r.nll for r in reply.unwrap().results]
 
         try:
             out = await Reranker(detect).arerank(context, candidates, nll_fn=nll if nll_model else None,
                                                  **kwargs)
-        except _Upstream as exc:
-            return RerankReply(error=exc.error)
-        except ScoringInputError as exc:
-            return RerankReply(error={"type": "invalid_request", "message": str(exc), "param": exc.param})
+        except ServiceError as exc:
+            # Bad input (InputError), an upstream's own error, or a detector/NLL replica that did
+            # not accept the call in time (503): carried back as it is.
+            return Reply(error=exc)
         except Exception as exc:  # noqa: BLE001 - deadlines and Ray errors of the detector/NLL handles
-            # A ServiceError: a detector/NLL replica did not accept the call in time (503). Ray's
-            # errors map as when the gateway calls a model itself: a full detector queue is a 503
-            # and a dead detector replica a 424 (not "the rerank deployment failed").
-            err = exc if isinstance(exc, ServiceError) else from_ray(exc)
-            return RerankReply(error=err.as_data())
-        return RerankReply(output=out)
+            # Ray's errors map as when the gateway calls a model itself: a full detector queue is
+            # a 503 and a dead detector replica a 424 (not "the rerank deployment failed").
+            return Reply(error=from_ray(exc))
+        return Reply(value=out)

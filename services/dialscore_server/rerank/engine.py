@@ -62,7 +62,7 @@ from dialscore_server.contradiction.engine import (
     DEFAULT_THRESHOLD, ContradictionDetector, DetectionJob, DetectionResult, Evidence, Mode,
     MODES, Speaker, Turn, TurnId, check_threshold, turn_ids,
 )
-from dialscore_server.nll.engine import ScoringInputError
+from dialscore_server.contract.errors import InputError
 
 #: Default weight of the contradiction probability in the combined score.
 DEFAULT_CONTRADICTION_WEIGHT = 1.0
@@ -97,10 +97,10 @@ class RerankWeights:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
                                   or not math.isfinite(v) or v < 0):
-                raise ScoringInputError(f"weights.{name} must be a finite number >= 0; got {v!r}",
+                raise InputError(f"weights.{name} must be a finite number >= 0; got {v!r}",
                                         f"weights.{name}")
         if not with_nll and self.nll:
-            raise ScoringInputError(
+            raise InputError(
                 f"weights.nll is {self.nll} but no NLL model was chosen (give `nll_model`, or drop "
                 "weights.nll)", "weights.nll")
         return RerankWeights(
@@ -191,11 +191,11 @@ class Reranker:
             threshold: float = DEFAULT_THRESHOLD,
             evidence_threshold: float | None = None) -> tuple[DetectionJob, Speaker]:
         """The detection job for `candidates` (one dialogue per candidate: context + candidate
-        turn) and the candidate speaker. Raises :class:`ScoringInputError` for bad input."""
+        turn) and the candidate speaker. Raises :class:`InputError` for bad input."""
         if not candidates:
-            raise ScoringInputError("candidates is empty: give at least one candidate", "candidates")
+            raise InputError("candidates is empty: give at least one candidate", "candidates")
         if mode not in MODES:
-            raise ScoringInputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}", "mode")
+            raise InputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}", "mode")
         check_threshold(threshold, "threshold")
         if evidence_threshold is not None:
             check_threshold(evidence_threshold, "evidence_threshold")
@@ -289,7 +289,7 @@ class Reranker:
     def _prepare(self, context, candidates, speaker, mode, weights, top_n, threshold,
                  evidence_threshold, nll_fn) -> tuple[DetectionJob, Speaker, RerankWeights]:
         if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1):
-            raise ScoringInputError(f"top_n must be a positive integer; got {top_n!r}", "top_n")
+            raise InputError(f"top_n must be a positive integer; got {top_n!r}", "top_n")
         applied = (weights or RerankWeights()).resolve(nll_fn is not None)
         job, spk = self.job(context, candidates, speaker=speaker, mode=mode, threshold=threshold,
                             evidence_threshold=evidence_threshold)

@@ -21,14 +21,14 @@ from pydantic import Field, RootModel, field_validator
 
 from dialscore_server.contradiction.engine import DEFAULT_THRESHOLD, Turn
 from dialscore_server.contradiction.protocol import (
-    EvidenceOut, Probability, SpeakerIn, TurnIn, check_text_limit, unique_turn_ids,
+    EvidenceOut, Probability, SpeakerIn, TurnIn, unique_turn_ids,
 )
-from dialscore_server.contract.errors import ServiceError
 from dialscore_server.rerank.engine import (
     DEFAULT_CONTRADICTION_WEIGHT, DEFAULT_NLL_WEIGHT, QUERY_CANDIDATE_SPEAKER, RerankOutput, RerankResult, RerankWeights,
     query_context,
 )
-from dialscore_server.contract.schema import APIModel, Limits, Text, UnlimitedText, limited
+from dialscore_server.contract.limits import Limits, check_texts, too_many
+from dialscore_server.contract.schema import APIModel, Text, UnlimitedText, limited
 
 #: A weight of the combined score. Bounded so the score stays a finite number (1e308 x an NLL
 #: would overflow to -inf, which JSON cannot carry).
@@ -95,12 +95,10 @@ class RerankRequest(APIModel):
     def check_limits(self, limits: Limits) -> None:
         """Raise ``payload_too_large`` (413) naming the field for a request over `limits`."""
         if len(self.candidates) > limits.max_candidates:
-            raise ServiceError("payload_too_large", f"{len(self.candidates)} candidates; at most "
-                               f"{limits.max_candidates} per request", "candidates")
+            raise too_many("candidates", len(self.candidates), limits.max_candidates, "candidates")
         if len(self.context) > limits.max_turns:
-            raise ServiceError("payload_too_large", f"{len(self.context)} context turns; at most "
-                               f"{limits.max_turns}", "context")
-        check_text_limit(self.texts(), limits)
+            raise too_many("context", len(self.context), limits.max_turns, "turns")
+        check_texts(self.texts(), limits)
 
 
 class RerankResultOut(APIModel):
@@ -177,14 +175,12 @@ class TEIRerankRequest(APIModel):
 
     def check_limits(self, limits: Limits) -> None:
         if len(self.texts) > limits.max_candidates:
-            raise ServiceError("payload_too_large", f"{len(self.texts)} texts; at most "
-                               f"{limits.max_candidates} per request", "texts")
+            raise too_many("texts", len(self.texts), limits.max_candidates, "texts")
         turns = self.to_context()
         if len(turns) > limits.max_turns:
-            raise ServiceError("payload_too_large", f"query has {len(turns)} turns (non-blank "
-                               f"lines); at most {limits.max_turns}", "query")
-        check_text_limit([("query", t.text) for t in turns]
-                         + [(f"texts[{k}]", c) for k, c in enumerate(self.texts)], limits)
+            raise too_many("query", len(turns), limits.max_turns, "turns (non-blank lines)")
+        check_texts([("query", t.text) for t in turns]
+                    + [(f"texts[{k}]", c) for k, c in enumerate(self.texts)], limits)
 
     def response(self, out: RerankOutput) -> "TEIRerankResponse":
         """The TEI-shaped answer for the reranker's output (already sorted best first)."""

@@ -1,87 +1,12 @@
-"""Request size limits, enforced before anything is parsed or tokenized (413 `payload_too_large`)."""
+"""The OpenAPI document says what this deployment really does: its limits and its auth."""
 
 from __future__ import annotations
 
-import json
+from fastapi import FastAPI
 
-from dialscore_server.contract.errors import ServiceError
-from dialscore_server.nll.protocol import NLLRequest
-from dialscore_server.contract.schema import Limits
+from dialscore_server.contract.limits import Limits
+from dialscore_server.gateway.auth import PUBLIC_PATHS
 
-
-class BodySizeLimit:
-    """ASGI middleware: refuse bodies over `max_bytes` with 413, counting the bytes
-    actually received (a missing or false Content-Length does not get past it)."""
-
-    def __init__(self, app, max_bytes: int):
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        limit = self.max_bytes
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            return await _reject(send, limit)
-        # Read the whole body here (bounded), then replay it to the app.
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                return await _reject(send, limit)
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
-        sent = False
-
-        async def replay():
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        return await self.app(scope, replay, send)
-
-
-async def _reject(send, limit: int) -> None:
-    err = ServiceError("payload_too_large", f"request body exceeds {limit} bytes", param="body")
-    payload = json.dumps(err.body()).encode()
-    await send({"type": "http.response.start", "status": err.status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(payload)).encode()),
-                            (b"x-error-type", err.type.encode())]})
-    await send({"type": "http.response.body", "body": payload})
-
-
-def too_many(param: str, n: int, limit: int, what: str) -> ServiceError:
-    return ServiceError("payload_too_large", f"{param}: {n} {what}; the limit is {limit}", param=param)
-
-
-def check_text(param: str, text: str | None, limits: Limits) -> None:
-    if text is not None and len(text) > limits.max_text_chars:
-        raise ServiceError("payload_too_large", f"{param}: {len(text)} characters; the limit is "
-                           f"{limits.max_text_chars}", param=param)
-
-
-def check_nll_limits(body: NLLRequest, limits: Limits) -> None:
-    """Items per request, turns per context, characters per text."""
-    if len(body.items) > limits.max_items:
-        raise too_many("items", len(body.items), limits.max_items, "items")
-    for i, item in enumerate(body.items):
-        if item.context is not None and len(item.context) > limits.max_turns:
-            raise too_many(f"items[{i}].context", len(item.context), limits.max_turns, "turns")
-        for name, text in item.texts():
-            check_text(f"items[{i}].{name}", text, limits)
-
-
-# ------------------------------------------------------------------------ OpenAPI documentation
 
 _LIMIT_WORDS = {
     "max_items": "items per request",
@@ -171,3 +96,31 @@ def document_limits(spec: dict, limits: Limits) -> dict:
     info = spec.setdefault("info", {})
     info["x-limits"] = values
     return spec
+
+
+def install_openapi(app: FastAPI, limits: Limits, token: str | None) -> None:
+    """Make `app`'s OpenAPI document say what this deployment really does: its limits
+    (:func:`document_limits`) and, when auth is on, the 401 of every guarded route. Both are per
+    deployment, so the document is built per replica."""
+    base = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            spec = document_limits(base(), limits)
+            if token:
+                spec.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
+                    "type": "http", "scheme": "bearer"}
+                for path, item in spec.get("paths", {}).items():
+                    if path in PUBLIC_PATHS:
+                        continue
+                    for op in item.values():
+                        op.setdefault("security", [{"bearer": []}])
+                        op.setdefault("responses", {})["401"] = {
+                            "description": "unauthorized: missing or wrong bearer token",
+                            # ErrorResponse is in the document: every POST route answers it.
+                            "content": {"application/json": {"schema": {
+                                "$ref": "#/components/schemas/ErrorResponse"}}}}
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = openapi

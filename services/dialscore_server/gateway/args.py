@@ -12,45 +12,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dialscore_server.checkpoints.registry import ModelConfig, Registry, paper_registry, stand_in_registry
-from dialscore_server.contract.schema import Limits
+from dialscore_server.contract.limits import Limits
+from dialscore_server.contract.options import ServingOptions
 
 
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
-
-
-class ServingOptions(_Args):
-    """How one model is served: replicas, resources, batching, backpressure."""
-
-    num_replicas: int | Literal["auto"] = Field(1, description="Fixed replica count, or `auto`.")
-    autoscaling_config: dict[str, Any] | None = Field(
-        None, description="Serve autoscaling_config (min_replicas, max_replicas, "
-        "target_ongoing_requests, upscale_delay_s, downscale_delay_s...). Overrides num_replicas.")
-    num_cpus: float = Field(0.5, gt=0, description="CPUs per replica (fractional fits 2 cores).")
-    num_gpus: float = Field(0, ge=0, description="GPUs per replica.")
-    max_ongoing_requests: int = Field(
-        64, ge=1, description="Requests a replica holds at once. Must exceed the number of requests "
-        "a batch merges: Serve's default of 5 caps batches at 5 requests.")
-    max_queued_requests: int = Field(
-        256, ge=-1, description="Requests waiting for a replica before the gateway sheds with 503 "
-        "(-1: unbounded).")
-    max_batch_tokens: int = Field(8192, ge=1, le=16384,
-                                  description="Tokens merged from many requests into one engine call.")
-    batch_wait_timeout_s: float = Field(0.005, ge=0, le=1,
-                                        description="How long a batch waits to fill.")
-    token_budget: int | None = Field(
-        None, ge=16, description="Padded tokens per forward pass. Default: NLL models 4096 on GPU and, "
-        "on CPU, 2^20 / model width within 1024-16384 (cache-friendlier passes, measured faster); "
-        "NLI classifiers 4096.")
-    num_threads: int | None = Field(None, ge=1, description="torch threads (default: the replica's CPUs).")
-    prefix_reuse: bool = Field(
-        True, description="NLL models: compute shared work once per engine call (decoder-only: a "
-        "shared token prefix and its key/value cache; encoder-decoder: each distinct source). Same "
-        "numbers either way; off only to measure it.")
-    fast_kernels: bool = Field(
-        True, description="NLL models: run float32 linear layers through oneDNN and GPT-2's GELU as "
-        "one fused kernel (services/dialscore_server/nll/kernels.py; same numbers to float rounding). Off: stock "
-        "PyTorch kernels.")
 
 
 class ModelEntry(_Args):

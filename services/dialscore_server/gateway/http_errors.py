@@ -48,29 +48,6 @@ def from_validation(exc: RequestValidationError) -> ServiceError:
     return ServiceError("invalid_request", f"{param or 'body'}: {msg}{more}", param=param)
 
 
-def from_ray(exc: BaseException) -> ServiceError:
-    """Errors raised by a deployment handle: backpressure, dead replicas, timeouts."""
-    from ray import exceptions as ray_exc
-    from ray.serve.exceptions import (
-        BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError, RequestCancelledError,
-    )
-
-    if isinstance(exc, BackPressureError):
-        return ServiceError("overloaded", "the model's queue is full; retry later", retry_after=1.0)
-    if isinstance(exc, (TimeoutError, RequestCancelledError)):
-        return ServiceError("timeout", "the request did not finish within the server's deadline")
-    if isinstance(exc, (ray_exc.RayActorError, ray_exc.ActorDiedError, ray_exc.ActorUnavailableError,
-                        ReplicaUnavailableError)):
-        return ServiceError("model_error", "the model replica failed or is restarting; retry",
-                            retry_after=2.0)
-    if isinstance(exc, DeploymentUnavailableError):
-        return ServiceError("model_error", "the model deployment is unavailable (it failed to "
-                            "deploy); retry later", retry_after=10.0)
-    logger.exception("model deployment failed", exc_info=exc)
-    return ServiceError("model_error", f"the model deployment failed: {type(exc).__name__}",
-                        retry_after=2.0)
-
-
 def install(app) -> None:
     """Register the handlers that make every error leave in the one shape."""
 

@@ -1,0 +1,41 @@
+"""The engine protocol: what every model deployment hosts, in the style of Ray's LLM serving.
+
+An engine is a plain Python object that runs without Ray (tests drive it directly). A deployment
+receives the engine *class* (default: the real one) and builds it with :meth:`Engine.from_options`,
+so a deployment test can ``serve.run`` a fake engine that loads no model. Each endpoint's
+deployment declares the operations it needs on top of these (``score_encoded`` for NLL,
+``detect_many`` for the detector); the engine's own module documents what they compute.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from dialscore.model_card import ModelCard
+    from dialscore_server.checkpoints.registry import ModelConfig
+    from dialscore_server.contract.options import ServingOptions
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Lifecycle and identity of an engine."""
+
+    @classmethod
+    def from_options(cls, config: ModelConfig, options: ServingOptions) -> Self:
+        """Build the engine for the registry entry `config`, served with `options`."""
+        ...
+
+    def card(self) -> ModelCard:
+        """The served model's card (GET /v1/models, and the provenance every response carries)."""
+        ...
+
+    def check_health(self) -> None:
+        """Raise if the engine cannot serve (a real, tiny forward pass)."""
+        ...
+
+    def close(self) -> None:
+        """Release the model (memory, threads); the engine is unusable afterwards."""
+        ...

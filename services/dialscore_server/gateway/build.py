@@ -1,0 +1,51 @@
+"""The Serve application: the gateway, one deployment per model, the reranker.
+
+Serve YAML: ``import_path: dialscore_server.gateway.build:build_app``; Serve validates the
+YAML's ``args`` against :class:`~dialscore_server.gateway.args.AppArgs`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import serve
+
+from dialscore_server.contract.options import ServingOptions
+from dialscore_server.contradiction.deployment import ContradictionDeployment
+from dialscore_server.gateway.args import AppArgs
+from dialscore_server.gateway.deployment import Gateway
+from dialscore_server.nll.deployment import NLLDeployment
+from dialscore_server.rerank.deployment import RerankDeployment
+
+
+def build_app(args: AppArgs) -> serve.Application:
+    """The Serve application for `args`."""
+    nll = {cfg.name: NLLDeployment.options(**serve_options(f"nll-{cfg.name}", opts)).bind(
+        cfg.model_dump(), opts.model_dump()) for cfg, opts in args.model_configs()}
+    classifiers = {cfg.name: ContradictionDeployment.options(
+        **serve_options(f"nli-{cfg.name}", opts)).bind(cfg.model_dump(), opts.model_dump())
+        for cfg, opts in args.classifier_configs()}
+    reranker = RerankDeployment.options(
+        ray_actor_options={"num_cpus": args.rerank_num_cpus}).bind(
+            classifiers, nll, request_timeout_s=args.request_timeout_s,
+            queue_timeout_s=args.queue_timeout_s) if classifiers else None
+    return Gateway.options(
+        num_replicas=args.gateway_replicas, ray_actor_options={"num_cpus": args.gateway_num_cpus},
+        max_ongoing_requests=args.gateway_max_ongoing_requests,
+        max_queued_requests=args.gateway_max_queued_requests,
+        backpressure_config={"status_code": 503, "retry_after_s": 1.0},
+    ).bind(nll, args.model_dump(), classifiers, reranker)
+
+
+def serve_options(name: str, opts: ServingOptions) -> dict[str, Any]:
+    """Serve deployment options of one model deployment (`name` is the deployment's name)."""
+    options: dict[str, Any] = dict(
+        name=name, max_ongoing_requests=opts.max_ongoing_requests,
+        max_queued_requests=opts.max_queued_requests,
+        ray_actor_options={"num_cpus": opts.num_cpus, "num_gpus": opts.num_gpus},
+    )
+    if opts.autoscaling_config:
+        options["autoscaling_config"] = opts.autoscaling_config
+    else:
+        options["num_replicas"] = opts.num_replicas
+    return options

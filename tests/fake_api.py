@@ -1,0 +1,274 @@
+"""The one fake of the dialscore API, for client, probe and evaluation tests: the server's own
+FastAPI app, routers, protocol schemas, serving layers, rerank deployment and gateway backend,
+run in-process over fake engines. No model, no Ray, no socket.
+
+Only the engines are fake (:class:`FakeNLLEngine`, :class:`FakeDetector`); every request and
+response goes through the real validation, limits, error mapping and serialization, so the fake
+cannot drift from the server. What it lacks is Serve itself: no ``@serve.batch`` merging across
+requests and no process hop (the deployment tests cover those).
+
+    api = FakeAPI()                                   # models: FAKE_CARDS
+    client = DialscoreClient("http://fake", transport=api.transport())
+    api.nll_items                                     # [(model, item JSON), ...] scored so far
+
+The fake NLL of an item is :func:`hash_nll` (deterministic, in [1, 5)) unless a `scorer` is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from dialscore.model_card import DialogueFormat, ModelCard
+from dialscore_server.checkpoints.registry import ModelConfig
+from dialscore_server.contract.errors import InputError, ServiceError
+from dialscore_server.contract.limits import Limits
+from dialscore_server.contract.options import ServingOptions
+from dialscore_server.contradiction.engine import ContradictionDetector
+from dialscore_server.contradiction.serving import ContradictionServing
+from dialscore_server.gateway.app import create_app
+from dialscore_server.gateway.deployment import HandleBackend
+from dialscore_server.nll.engine import BatchStats, EncodedItem, NLLItem, NLLResult
+from dialscore_server.nll.serving import NLLServing
+from dialscore_server.rerank.deployment import RerankDeployment
+
+#: The default models: a causal model with its own "why" turn, a seq2seq model whose card has no
+#: format (an older server) and a field this client does not know (a newer one), a classifier.
+FAKE_CARDS: list[ModelCard] = [
+    ModelCard(name="fake-gpt", family="causal", source="fake/gpt", revision="0123abcd",
+              max_length=1024, dtype="float32", device="cpu", stand_in=True,
+              format=DialogueFormat(turn_separator="{eos}", separator_after_last=True,
+                                    why_turn="Why is that?")),
+    ModelCard(name="fake-bart", family="seq2seq", source="fake/bart", revision=None,
+              max_length=256, dtype="float32", device="cpu", stand_in=False,
+              some_future_field={"ignored": True}),
+    ModelCard(name="fake-nli", family="classifier", source="fake/nli", revision="main",
+              max_length=512, dtype="float32", device="cpu", stand_in=True,
+              labels=["contradiction", "neutral", "entailment"], contradiction_index=0),
+]
+
+#: ``scorer(model, item_json) -> mean NLL`` (item_json as the client sent it).
+Scorer = Callable[[str, dict[str, Any]], float]
+
+
+def hash_nll(model: str, item: dict[str, Any]) -> float:
+    """A deterministic fake NLL in [1, 5) from the model and the item."""
+    blob = json.dumps([model, item], sort_keys=True, ensure_ascii=False).encode()
+    return 1.0 + 4.0 * int.from_bytes(hashlib.sha256(blob).digest()[:4], "big") / 2**32
+
+
+def item_json(item: NLLItem) -> dict[str, Any]:
+    """The item as the client sent it (fields left out stay out)."""
+    out: dict[str, Any] = {"target": item.target}
+    if item.context is not None:
+        out["context"] = list(item.context)
+    for name in ("knowledge", "source"):
+        if getattr(item, name) is not None:
+            out[name] = getattr(item, name)
+    return out
+
+
+def _word_ids(text: str) -> tuple[int, ...]:
+    return tuple(int.from_bytes(hashlib.sha256(w.encode()).digest()[:2], "big") for w in text.split())
+
+
+@dataclass(frozen=True)
+class FakeEncoded(EncodedItem):
+    """An encoded item that remembers what it was (the fake scorer sees the item's JSON)."""
+
+    item: dict[str, Any] | None = None
+
+
+class FakeNLLEngine:
+    """An NLL engine without a model: one token per word of the target plus eos; every token's
+    NLL is ``scorer(model, item)``. Implements the engine protocol (a deployment can serve it)."""
+
+    def __init__(self, card: ModelCard, scorer: Scorer = hash_nll):
+        self._card = card
+        self.scorer = scorer
+
+    @classmethod
+    def from_options(cls, config: ModelConfig, options: ServingOptions) -> FakeNLLEngine:
+        return cls(ModelCard(name=config.name, family=config.family, source=config.source,
+                             revision="fake", max_length=config.max_length, dtype=config.dtype,
+                             device="cpu", stand_in=True, format=config.format))
+
+    def card(self) -> ModelCard:
+        return self._card
+
+    def check_health(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def encode(self, item: NLLItem) -> FakeEncoded:
+        target = _word_ids(item.target) + (0,)
+        if len(target) == 1:
+            raise InputError("target is empty: there is no token to score", "target")
+        source = _word_ids(" ".join(item.context or ()) + " " + (item.knowledge or item.source or ""))
+        return FakeEncoded(source or (0,), target, False, item_json(item))
+
+    def score_encoded(self, encoded: Sequence[FakeEncoded]) -> tuple[list[NLLResult], BatchStats]:
+        results = []
+        for e in encoded:
+            nll = self.scorer(self._card.name, e.item or {})
+            results.append(NLLResult(nll=nll, token_nlls=[nll] * len(e.target_ids),
+                                     token_ids=list(e.target_ids), num_tokens=len(e.target_ids),
+                                     source_tokens=len(e.source_ids), truncated=False))
+        tokens = sum(e.cost for e in encoded)
+        return results, BatchStats(items=len(encoded), batches=1, forward_passes=1,
+                                   item_tokens=tokens, real_tokens=tokens, padded_tokens=tokens)
+
+    def token_strings(self, ids: Sequence[int]) -> list[str]:
+        return [f"<{i}>" for i in ids]
+
+
+def negation_probability(premise: str, hypothesis: str) -> float:
+    """The fake classifier: 0.9 when the hypothesis negates ("not", "never", "no") and shares a
+    word with the premise, else 0.1."""
+    neg = {"not", "never", "no", "don't", "isn't"}
+    p, h = set(premise.lower().split()), set(hypothesis.lower().split())
+    return 0.9 if h & neg and (p & h) - neg else 0.1
+
+
+class FakeDetector(ContradictionDetector):
+    """The real detector (pairing, verdicts, evidence) over :func:`negation_probability`."""
+
+    def __init__(self, card: ModelCard):
+        super().__init__(classifier=lambda pairs: [negation_probability(p, h) for p, h in pairs])
+        self._card = card
+
+    @classmethod
+    def from_options(cls, config: ModelConfig, options: ServingOptions) -> FakeDetector:
+        return cls(ModelCard(name=config.name, family="classifier", source=config.source,
+                             revision="fake", max_length=config.max_length, stand_in=True,
+                             labels=["contradiction", "neutral", "entailment"],
+                             contradiction_index=0))
+
+    def card(self) -> ModelCard:
+        return self._card
+
+
+class LocalHandle:
+    """Stands in for a Serve DeploymentHandle in-process: ``handle.method.remote(*args)``
+    schedules ``target.method(*args)`` on the running loop and returns the task. `hook(method,
+    args)` runs first (counting, or raising a ServiceError to play a failing deployment)."""
+
+    def __init__(self, target: Any, hook: Callable[[str, tuple], None] | None = None):
+        self._target, self._hook = target, hook
+
+    def __getattr__(self, method: str) -> Any:
+        fn, hook = getattr(self._target, method), self._hook
+
+        class _Method:
+            @staticmethod
+            def remote(*args: Any) -> asyncio.Future:
+                async def run() -> Any:
+                    if hook is not None:
+                        hook(method, args)
+                    out = fn(*args)
+                    return await out if inspect.isawaitable(out) else out
+                return asyncio.ensure_future(run())
+
+        return _Method
+
+
+class _Transport(httpx.BaseTransport, httpx.AsyncBaseTransport):
+    """An httpx transport for sync and async clients alike: the ASGI app runs on the caller's
+    loop (async) or on a private loop thread (sync)."""
+
+    def __init__(self, app: Any, seen: list[str]):
+        self._asgi = httpx.ASGITransport(app=app)
+        self._seen = seen
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self._seen.append(request.url.path)
+        return await self._asgi.handle_async_request(request)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self._seen.append(request.url.path)
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, daemon=True).start()
+
+        async def go() -> httpx.Response:
+            sent = httpx.Request(request.method, request.url, headers=request.headers,
+                                 content=request.read())
+            response = await self._asgi.handle_async_request(sent)
+            content = await response.aread()
+            return httpx.Response(response.status_code, headers=response.headers, content=content,
+                                  request=request)
+
+        return asyncio.run_coroutine_threadsafe(go(), self._loop).result()
+
+
+class FakeAPI:
+    """The API over fake engines. See the module docstring.
+
+    Args:
+        cards: the served models (dialogue models get a FakeNLLEngine, classifiers a FakeDetector).
+        scorer: the fake NLL of an item.
+        limits: the deployment's limits (default: the service's defaults).
+        fail_after: answer 503 ``overloaded`` to every scoring request after that many (a server
+            going down halfway).
+    """
+
+    def __init__(self, cards: Sequence[ModelCard] = FAKE_CARDS, scorer: Scorer = hash_nll,
+                 limits: Limits | None = None, fail_after: int | None = None,
+                 token: str | None = None):
+        self.cards = list(cards)
+        self.fail_after = fail_after
+        self.lock = threading.Lock()
+        self.nll_requests = 0
+        self.nll_items: list[tuple[str, dict[str, Any]]] = []
+        self.max_request_items = 0
+        self.paths: list[str] = []  # every request's path, in order
+        nll, classifiers = {}, {}
+        for card in self.cards:
+            if card.family == "classifier":
+                classifiers[card.name] = LocalHandle(ContradictionServing(FakeDetector(card), 4096))
+            else:
+                engine = FakeNLLEngine(card, scorer)
+                nll[card.name] = LocalHandle(NLLServing(engine, 8192), self._hook(card.name))
+        reranker = LocalHandle(RerankDeployment.func_or_class(classifiers, nll)) if classifiers else None
+        self.backend = HandleBackend(nll, classifiers, reranker, limits=limits or Limits(),
+                                     request_timeout_s=60.0, queue_timeout_s=None, token=token)
+        self.app = create_app(self.backend)
+
+    def _hook(self, model: str) -> Callable[[str, tuple], None]:
+        def hook(method: str, args: tuple) -> None:
+            if method != "score":
+                return
+            items = args[0]
+            with self.lock:
+                if self.fail_after is not None and self.nll_requests >= self.fail_after:
+                    raise ServiceError("overloaded", "going down", retry_after=0)
+                self.nll_requests += 1
+                self.nll_items.extend((model, item_json(i)) for i in items)
+                self.max_request_items = max(self.max_request_items, len(items))
+        return hook
+
+    def transport(self) -> _Transport:
+        """A transport for a sync or an async client (``transport=`` of either)."""
+        return _Transport(self.app, self.paths)
+
+
+def error(status: int, type: str, message: str, param: str | None = None,
+          headers: dict[str, str] | None = None) -> httpx.Response:
+    """An error response in the server's own shape (for MockTransport handlers); `status` is
+    checked against the server's status table."""
+    err = ServiceError(type, message, param)  # type: ignore[arg-type]
+    assert err.status == status, f"{type} is {err.status}, not {status}"
+    return httpx.Response(status, json=err.body(), headers=headers)
