@@ -2,7 +2,8 @@
 service sheds with 503 + Retry-After, admitted requests keep a bounded p99, memory stays flat and it
 recovers by itself when the load stops.
 
-On `tiny-queue` (one replica, 1 request executing, 1 queued: tests/conftest.py), so shedding
+On `tiny-queue` (one replica, 1 request executing, 1 queued: the `tiny_queue` app of
+tests/service/conftest.py), so shedding
 starts at once; the p99 bound follows from the queue: an admitted request waits behind at most
 max_ongoing + max_queued = 2 requests.
 """
@@ -18,12 +19,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "loadtests"))
 
 from soak import replica_pids, soak  # noqa: E402
 
-pytestmark = pytest.mark.serve
+pytestmark = [pytest.mark.serve, pytest.mark.slow]
 
 
-def test_short_soak_sheds_keeps_p99_bounded_and_recovers(served):
-    pids = replica_pids("dialscore", ("nll-tiny-queue", "gateway"))
-    report = soak(served.url, "tiny-queue", seconds=12, factor=1.5, measure_seconds=4, concurrency=2,
+def test_short_soak_sheds_keeps_p99_bounded_and_recovers(tiny_queue):
+    pids = replica_pids("tiny", ("nll-tiny-queue", "gateway"))
+    report = soak(tiny_queue.url, "tiny-queue", seconds=12, factor=1.5, measure_seconds=4, concurrency=2,
                   items=4, rss_pids=pids, rss_every=2.0, timeout=30, echo=lambda s: None)
     print("\n" + report.table())
     assert not report.bad(), report.bad()

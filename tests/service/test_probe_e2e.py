@@ -8,20 +8,29 @@ learned nothing and must sit near chance (0.5 ± 0.15).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from serve_apps import ONE_THREAD, app_args, deploy_app
 from dialscore.client import DialscoreClient
+from dialscore.probes import SAMPLE_DATA as SAMPLE
 from dialscore.probes.run import run_probes
 
-pytestmark = pytest.mark.serve
-
-from dialscore.probes import SAMPLE_DATA as SAMPLE
+pytestmark = [pytest.mark.serve, pytest.mark.slow]
 
 
-def test_trained_stand_in_passes_and_untrained_sits_at_chance(served, tmp_path):
-    with DialscoreClient(served.url) as client:
+@pytest.fixture(scope="module")
+def trained(served, stand_ins, trained_gpt2):
+    """An app of its own with the trained and the untrained decoder-only stand-ins."""
+    args = app_args(stand_ins, models=[
+        {"name": "dialogpt-medium", "serve_as": "trained-gpt2",
+         "overrides": {"source": str(trained_gpt2)}, "serving": ONE_THREAD},
+        {"name": "dialogpt-medium", "serve_as": "untrained-gpt2", "serving": ONE_THREAD}])
+    with deploy_app(served, "trained", args) as app:
+        yield app
+
+
+def test_trained_stand_in_passes_and_untrained_sits_at_chance(trained, tmp_path):
+    with DialscoreClient(trained.url) as client:
         report = run_probes(client, SAMPLE, ["trained-gpt2", "untrained-gpt2"], ["attribution"], seed=0,
                             out_dir=tmp_path, progress=False, plots=True)
     trained = report.metrics("trained-gpt2", "attribution", category="complete")

@@ -3,8 +3,8 @@ of a rerank load: Serve replaces it; meanwhile the gateway answers 424 (a reques
 held) or 503 with Retry-After (no replica accepts within `queue_timeout_s`), never hangs; the
 client's retries finish the work; every pair is scored exactly once.
 
-Only the dedicated deployments `victim` and `victim-nli` (tests/conftest.py) are killed, so the
-other session-scoped tests are unaffected. Replicas are found with
+Only the deployments `victim` and `victim-nli` of this module's own app (`failure`, under
+/failure) are killed, so the session's shared app is unaffected. Replicas are found with
 `ray.util.list_named_actors` (Serve names them ``SERVE_REPLICA::<app>#<deployment>#<id>`` in
 namespace "serve"): the state API (`ray.util.state.list_actors`) needs the dashboard, which the
 test session does not start.
@@ -16,7 +16,6 @@ import json
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import httpx
 import pytest
@@ -25,9 +24,12 @@ from dialscore.client import DialscoreClient, RetryPolicy
 from dialscore.probes.data import load_dialogues
 from dialscore.probes.run import SCORES_FILE, plan_probes, run_probes
 
-pytestmark = pytest.mark.serve
-
 from dialscore.probes import SAMPLE_DATA as SAMPLE
+from serve_apps import ONE_THREAD, app_args, deploy_app
+
+pytestmark = [pytest.mark.serve, pytest.mark.slow]
+
+APP = "failure"
 RETRY = RetryPolicy(max_attempts=12, backoff_base=0.25, backoff_max=2.0, max_retry_after=3.0)
 
 
@@ -35,7 +37,7 @@ def replicas(deployment: str) -> list[str]:
     import ray
 
     return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                  if a["namespace"] == "serve" and a["name"].startswith(f"SERVE_REPLICA::dialscore#{deployment}#"))
+                  if a["namespace"] == "serve" and a["name"].startswith(f"SERVE_REPLICA::{APP}#{deployment}#"))
 
 
 def kill_replica(deployment: str) -> str:
@@ -130,10 +132,23 @@ class KillAfter(httpx.BaseTransport):
         pass
 
 
+@pytest.fixture(scope="module")
+def served(stand_ins, sharp_stand_ins, served):
+    """This module's own app: the deployments it kills."""
+    nli = {"source": str(sharp_stand_ins["nli-contradiction-first"])}
+    args = app_args(stand_ins, models=[
+        {"name": "dialogpt-medium", "serve_as": "victim", "serving": ONE_THREAD}], classifiers=[
+        {"name": "roberta-large-mnli", "serve_as": "victim-nli", "overrides": nli, "serving": ONE_THREAD}])
+    with deploy_app(served, APP, args) as app:
+        yield app
+
+
 def test_kill_nll_replica_mid_probe_run_scores_every_pair_once(served, tmp_path):
     events: dict = {}
+    # Several seconds of compute on the stand-in (the most items a request may carry), so it is
+    # still running when the replica is killed 0.8 s after it was sent.
     heavy = {"model": "victim", "items": [{"context": ["the dog sold a house because it was happy " * 10] * 3,
-                                           "target": "a reply with several words " * 4}] * 256}
+                                           "target": "a reply with several words " * 4}] * 1024}
 
     def kill():
         # A long request the replica is computing when it dies: answered 424 at once.
@@ -152,7 +167,7 @@ def test_kill_nll_replica_mid_probe_run_scores_every_pair_once(served, tmp_path)
         events["replacement"].start()
         events["prober"].start()
 
-    transport = KillAfter("/v1/nll", after=8, kill=kill)
+    transport = KillAfter(f"/{APP}/v1/nll", after=8, kill=kill)
     with DialscoreClient(served.url, retry=RETRY, max_concurrency=2, transport=transport) as client:
         started = time.monotonic()
         report = run_probes(client, SAMPLE, ["victim"], ["attribution"], seed=0, out_dir=tmp_path,
@@ -207,7 +222,7 @@ def test_kill_detector_replica_during_rerank_load_answers_every_request_once(ser
         events["replacement"].start()
         events["prober"].start()
 
-    transport = KillAfter("/v1/rerank", after=6, kill=kill)
+    transport = KillAfter(f"/{APP}/v1/rerank", after=6, kill=kill)
     answers: list = []
     failures: list = []
 

@@ -7,7 +7,7 @@ pydantic model), so a typo in a deployment config fails at `serve run`/`serve de
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 

@@ -1,0 +1,72 @@
+"""Serve applications for the service tests: building their arguments, deploying one more app into
+the session's Serve instance, waiting until one is ready."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+
+#: One torch thread and a fifth of a CPU per replica: many replicas share 2 cores.
+ONE_THREAD = {"num_cpus": 0.2, "num_threads": 1}
+
+
+class Served:
+    """A Serve application on loopback: its base URL and the arguments it was built from."""
+
+    def __init__(self, url: str, args):
+        self.url = url
+        self.args = args
+
+    def config(self, name: str):
+        """The served ModelConfig of `name` (for building the same engine in-process)."""
+        every = self.args.model_configs() + self.args.classifier_configs()
+        return {c.name: c for c, _ in every}[name]
+
+
+def app_args(stand_ins: Path, models: list[dict[str, Any]],
+             classifiers: list[dict[str, Any]] | None = None, **extra: Any):
+    """AppArgs on the stand-ins, with the test settings every app shares."""
+    from dialscore_server.gateway.args import AppArgs
+
+    return AppArgs.model_validate({
+        "stand_ins": str(stand_ins),
+        "request_timeout_s": 60,
+        # A request no replica accepts within 3 s (e.g. while a killed replica is replaced) is a 503.
+        "queue_timeout_s": 3,
+        "models": models, "classifiers": classifiers or [], **extra,
+    })
+
+
+def wait_ready(url: str, limit_s: float = 120.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} did not become ready within {limit_s:.0f} s")
+
+
+@contextmanager
+def deploy_app(served: Served, name: str, args) -> Iterator[Served]:
+    """Deploy another application (built from `args`) into the session's Serve instance under
+    ``/{name}``, wait until it is ready, yield it, delete it afterwards."""
+    from ray import serve
+
+    from dialscore_server.gateway.build import build_app
+
+    serve.run(build_app(args), name=name, route_prefix=f"/{name}")
+    try:
+        url = f"{served.url}/{name}"
+        wait_ready(url)
+        yield Served(url, args)
+    finally:
+        serve.delete(name)
