@@ -16,7 +16,7 @@ from dialscore_server.contradiction.engine import DetectionJob, DetectionResult,
 from dialscore_server.contract.deadline import answer, from_ray
 from dialscore_server.contract.errors import ServiceError
 from dialscore_server.contract.reply import Reply
-from dialscore_server.nll.engine import NLLItem
+from dialscore_server.nll.encoding import NLLItem
 from dialscore_server.rerank.engine import Reranker, RerankOutput
 
 
