@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from dialscore_server.contradiction.engine import (
-    ContradictionDetector, DetectionJob, DetectionResult, Evidence, NLIPairClassifier,
-    NoContradictionLabelError, Turn, find_contradiction_index, plan_pairs, unstructured_premise,
+from dialscore_server.contradiction.classifier import (
+    NLIPairClassifier, NoContradictionLabelError, find_contradiction_index,
+)
+from dialscore_server.contradiction.engine import ContradictionDetector
+from dialscore_server.contradiction.pairing import (
+    DetectionJob, DetectionResult, Evidence, Turn, plan_pairs, unstructured_premise,
 )
 from dialscore_server.contract.errors import InputError
 from shared_data import shared_file

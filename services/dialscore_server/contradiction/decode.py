@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dialscore_server.contradiction.engine import DetectionResult, Turn, TurnId
+from dialscore_server.contradiction.pairing import DetectionResult, Turn, TurnId
 
 
 @dataclass(frozen=True)

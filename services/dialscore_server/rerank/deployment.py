@@ -12,7 +12,7 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from dialscore_server.contradiction.engine import DetectionJob, DetectionResult, Turn
+from dialscore_server.contradiction.pairing import DetectionJob, DetectionResult, Turn
 from dialscore_server.contract.deadline import answer, from_ray
 from dialscore_server.contract.errors import ServiceError
 from dialscore_server.contract.reply import Reply
