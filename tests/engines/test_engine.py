@@ -19,9 +19,8 @@ from dialscore_server.checkpoints.loading import LoadedModel, load_model
 from dialscore_server.nll.encoding import EmptyTargetError, EncodedItem, NLLItem, TargetTooLongError
 from dialscore_server.nll.engine import NLLEngine
 from dialscore_server.checkpoints.registry import ModelConfig
-from dialscore_server.checkpoints.standins import (
-    MARKER, lay_out_as_hub_cache, reinit_, templated_sentences, train_causal,
-)
+from dialscore_server.checkpoints.standins import MARKER, reinit_, templated_sentences, train_causal
+from model_helpers import lay_out_as_hub_cache
 
 TOL = 1e-4
 GENERATIVE = ("dialogpt-medium", "bart-base", "blenderbot-400m")
