@@ -41,7 +41,7 @@ DEFAULT_ITEMS = {"small": 400, "medium": 40}
 
 def probe_items(n: int, seed: int):
     """`n` CEDAR-probe-shaped items: 2-6 templated dialogue turns and a templated target."""
-    from dialscore_server.nll.engine import NLLItem
+    from dialscore_server.nll.encoding import NLLItem
     from dialscore_server.checkpoints.standins import templated_sentences
 
     rng = random.Random(seed)

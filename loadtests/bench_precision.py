@@ -136,7 +136,7 @@ def probe_items(why: str, dialogues: int | None):
     from dialscore.probes.corruptions import corrupt_dialogues
     from dialscore.probes import SAMPLE_DATA
     from dialscore.probes.data import load_dialogues
-    from dialscore_server.nll.engine import NLLItem
+    from dialscore_server.nll.encoding import NLLItem
 
     ds = load_dialogues(SAMPLE_DATA)[:dialogues]
     by_id = {d.id: d for d in ds}
@@ -159,7 +159,7 @@ def probe_items(why: str, dialogues: int | None):
 
 def mutual_items(limit: int | None):
     from dialscore.evals.mutual import read_mutual
-    from dialscore_server.nll.engine import NLLItem
+    from dialscore_server.nll.encoding import NLLItem
 
     insts = read_mutual(MUTUAL_DEV)[:limit]
     items, gold = [], []

@@ -113,7 +113,7 @@ def attribution_workload(groups: int, why: str, seed: int = 0):
     from dialscore.probes.corruptions import corrupt_dialogues
     from dialscore.probes import SAMPLE_DATA
     from dialscore.probes.data import load_dialogues
-    from dialscore_server.nll.engine import NLLItem
+    from dialscore_server.nll.encoding import NLLItem
 
     dialogues = load_dialogues(SAMPLE_DATA)
     by_id = {d.id: d for d in dialogues}

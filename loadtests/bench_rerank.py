@@ -66,7 +66,7 @@ def main() -> int:
 def measure(url: str, args: argparse.Namespace) -> None:
     import httpx
 
-    from dialscore_server.contradiction.decode import read_decode
+    from dialscore.evals.decode import read_decode
 
     body = {"context": CONTEXT, "candidates": CANDIDATES}
 
@@ -98,7 +98,7 @@ def measure(url: str, args: argparse.Namespace) -> None:
         print(f"{rate:9.1f} {done:7.1f} {st.count(200):5d} {pct(lat, 50):7.3f} {pct(lat, 95):7.3f} {pct(lat, 99):7.3f}")
 
     if RCT.is_file():
-        dialogues = [e.request_dialogue() for e in read_decode(RCT)]
+        dialogues = [d.to_request() for d in read_decode(RCT)]
 
         async def decode_all():
             sem = asyncio.Semaphore(4)

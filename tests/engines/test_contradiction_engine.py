@@ -1,13 +1,18 @@
 """The DECODE detector engine: pairing logic (fake classifier), the NLI classifier on the stand-ins
-(label index, probabilities, truncation, batching) and the DECODE file."""
+(label index, probabilities, truncation, batching) and the DECODE file (read with the client's
+reader)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dialscore_server.contradiction.engine import (
-    ContradictionDetector, DetectionJob, DetectionResult, Evidence, NLIPairClassifier,
-    NoContradictionLabelError, Turn, find_contradiction_index, plan_pairs, unstructured_premise,
+from dialscore.evals.decode import DecodeDialogue, Prediction, decode_metrics, read_decode
+from dialscore_server.contradiction.classifier import (
+    NLIPairClassifier, NoContradictionLabelError, find_contradiction_index,
+)
+from dialscore_server.contradiction.engine import ContradictionDetector
+from dialscore_server.contradiction.pairing import (
+    DetectionJob, DetectionResult, Evidence, Turn, plan_pairs, unstructured_premise,
 )
 from dialscore_server.contract.errors import InputError
 from shared_data import shared_file
@@ -291,25 +296,31 @@ def test_batched_detect_equals_one_dialogue_at_a_time(nli):
 
 
 # ------------------------------------------------------------------------------------ DECODE
-def test_decode_file_parses_and_runs_through_the_detector(nli):
-    from dialscore_server.contradiction.decode import decode_metrics, read_decode
+def detector_turns(d: DecodeDialogue) -> list[Turn]:
+    """A dialogue from the client's DECODE reader as detector input (speaker, text, id)."""
+    return [Turn(t.speaker, t.text, t.id) for t in d.turns]
 
+
+def test_decode_file_parses_and_runs_through_the_detector(nli):
     path = shared_file("data/decode/rct.jsonl")
-    examples = list(read_decode(path))
+    examples = read_decode(path)
     assert len(examples) == 2011
-    for ex in examples:  # every dialogue is valid detector input
-        plan_pairs(ex.turns)
-        assert ex.turns[-1].id not in ex.evidence
-        assert ex.evidence <= {t.id for t in ex.turns[:-1]}
-    sample = examples[:48]
+    dialogues = [detector_turns(ex) for ex in examples]
+    for ex, turns in zip(examples, dialogues):  # every dialogue is valid detector input
+        plan_pairs(turns)
+        assert turns[-1].id not in ex.evidence
+        assert ex.evidence <= {t.id for t in turns[:-1]}
+    sample, sample_turns = examples[:48], dialogues[:48]
     det = ContradictionDetector(classifier=nli["roberta-large-mnli"])
-    results = det.detect([ex.turns for ex in sample], evidence_threshold=0.3)
+    results = det.detect(sample_turns, evidence_threshold=0.3)
     assert len(results) == len(sample)
-    for ex, res in zip(sample, results):
-        last = ex.turns[-1]
-        same = {t.id for t in ex.turns[:-1] if t.speaker == last.speaker}
+    for turns, res in zip(sample_turns, results):
+        last = turns[-1]
+        same = {t.id for t in turns[:-1] if t.speaker == last.speaker}
         assert res.num_pairs == len(same)
         assert {e.turn for e in res.evidence} <= same
         assert 0.0 <= res.probability <= 1.0
-    m = decode_metrics(sample, results)
+    predictions = [Prediction(res.is_contradiction, res.probability,
+                              frozenset(e.turn for e in res.evidence)) for res in results]
+    m = decode_metrics(sample, predictions)
     assert m.n == 48 and 0.0 <= m.accuracy <= 1.0 and 0.0 <= m.evidence_f1 <= 1.0

@@ -16,13 +16,11 @@ import torch
 
 from dialscore_server.contract.errors import InputError
 from dialscore_server.checkpoints.loading import LoadedModel, load_model
-from dialscore_server.nll.engine import (
-    EmptyTargetError, EncodedItem, NLLEngine, NLLItem, TargetTooLongError,
-)
+from dialscore_server.nll.encoding import EmptyTargetError, EncodedItem, NLLItem, TargetTooLongError
+from dialscore_server.nll.engine import NLLEngine
 from dialscore_server.checkpoints.registry import ModelConfig
-from dialscore_server.checkpoints.standins import (
-    MARKER, lay_out_as_hub_cache, reinit_, templated_sentences, train_causal,
-)
+from dialscore_server.checkpoints.standins import MARKER, reinit_, templated_sentences, train_causal
+from model_helpers import lay_out_as_hub_cache
 
 TOL = 1e-4
 GENERATIVE = ("dialogpt-medium", "bart-base", "blenderbot-400m")
@@ -77,7 +75,7 @@ def _window(engine: NLLEngine) -> tuple[int, int]:
     w = engine.config.max_length
     if engine.config.family == "causal":
         return w - 1, w - 1
-    return w, w - len(engine.decoder_prefix) + 1
+    return w, w - len(engine.encoder.decoder_prefix) + 1
 
 
 def ragged_items(engine: NLLEngine, n: int, seed: int) -> list[EncodedItem]:
@@ -160,7 +158,7 @@ def test_batched_equals_one_at_a_time(loaded, ragged, name, budget):
 def test_projection_in_small_chunks_equals_one_chunk(loaded, ragged, name):
     """Target positions projected to the vocabulary a few at a time (chunks that split items)
     give the same NLLs as all at once; the CPU default chunk holds about 2^23 logits."""
-    from dialscore_server.nll.engine import default_projection_chunk
+    from dialscore_server.nll.projection import default_projection_chunk
 
     items, singles = ragged(name)
     lm = loaded[name]
@@ -170,7 +168,7 @@ def test_projection_in_small_chunks_equals_one_chunk(loaded, ragged, name):
         for res, single in zip(results, singles):
             assert_same(res, single)
     vocab = lm.model.get_output_embeddings().weight.shape[0]
-    assert engine_for(loaded, name).projection_chunk == default_projection_chunk("cpu", vocab)
+    assert engine_for(loaded, name).projection.chunk == default_projection_chunk("cpu", vocab)
     assert default_projection_chunk("cpu", 50257) == 166 and default_projection_chunk("cuda:0", 50257) == 1024
     with pytest.raises(ValueError):
         NLLEngine(lm.config, loaded=lm, projection_chunk=0)
@@ -255,9 +253,10 @@ def _hf_reference(engine: NLLEngine, enc: EncodedItem) -> tuple[float, list[floa
             out = model(input_ids=ids, labels=labels)
             logits, gold = out.logits[0, :-1], labels[0, 1:]
         else:
-            dec = list(engine.decoder_prefix + enc.target_ids)
+            prefix = engine.encoder.decoder_prefix
+            dec = list(prefix + enc.target_ids)
             lab = dec[1:]
-            lab[: len(engine.decoder_prefix) - 1] = [-100] * (len(engine.decoder_prefix) - 1)
+            lab[: len(prefix) - 1] = [-100] * (len(prefix) - 1)
             out = model(input_ids=torch.tensor([list(enc.source_ids)]),
                         decoder_input_ids=torch.tensor([dec[:-1]]), labels=torch.tensor([lab]))
             logits, gold = out.logits[0], torch.tensor(lab)
@@ -329,11 +328,11 @@ def test_turns_use_the_family_format(loaded, name, joined):
     enc = engine.encode(NLLItem(target="ok", context=("a b", "c d")))
     body = _ids(engine, joined)
     if name == "bart-base":
-        body = [engine.bos_id] + body + [engine.eos_id]
+        body = [engine.encoder.bos_id] + body + [engine.encoder.eos_id]
     elif name == "blenderbot-400m":
-        body = body + [engine.eos_id]
+        body = body + [engine.encoder.eos_id]
     assert list(enc.source_ids) == body
-    assert list(enc.target_ids) == _ids(engine, "ok") + [engine.eos_id]
+    assert list(enc.target_ids) == _ids(engine, "ok") + [engine.encoder.eos_id]
 
 
 def test_causal_left_truncation_cuts_oldest_tokens_keeps_target(loaded):
@@ -342,7 +341,7 @@ def test_causal_left_truncation_cuts_oldest_tokens_keeps_target(loaded):
     target = "I am fine, thanks."
     enc = engine.encode(NLLItem(target=target, context=turns))
     full = _ids(engine, engine.format_parts(NLLItem(target=target, context=turns))[1])
-    tgt = _ids(engine, target) + [engine.eos_id]
+    tgt = _ids(engine, target) + [engine.encoder.eos_id]
     assert enc.truncated
     assert list(enc.target_ids) == tgt                      # never cut
     assert list(enc.source_ids) == full[-(24 - len(tgt)):]  # newest tokens kept
@@ -389,9 +388,9 @@ def test_seq2seq_left_truncation_keeps_special_tokens(loaded, name):
     item = NLLItem(target="I live in a small town.", context=tuple(templated_sentences(6, seed=8)))
     enc = engine.encode(item)
     body = _ids(engine, engine.format_parts(item)[1])
-    head = [engine.bos_id] if engine.fmt.source_bos else []
+    head = [engine.encoder.bos_id] if engine.fmt.source_bos else []
     assert enc.truncated and len(enc.source_ids) == 20
-    assert list(enc.source_ids) == head + body[-(20 - len(head) - 1):] + [engine.eos_id]
+    assert list(enc.source_ids) == head + body[-(20 - len(head) - 1):] + [engine.encoder.eos_id]
     assert engine.score([item])[0].truncated
 
 
@@ -400,7 +399,7 @@ def test_seq2seq_left_truncation_keeps_special_tokens(loaded, name):
 def test_target_too_long_is_an_error_at_exactly_the_window(loaded, name):
     target = " ".join(templated_sentences(4, seed=9))
     n = len(engine_for(loaded, name).encode(NLLItem(target=target, context=())).target_ids)
-    prefix = len(engine_for(loaded, name).decoder_prefix)
+    prefix = len(engine_for(loaded, name).encoder.decoder_prefix)
     fits = n + 1 if name == "dialogpt-medium" else n + prefix - 1  # the largest-needed window
     ok = engine_for(loaded, name, max_length=fits)
     res = ok.score([NLLItem(target=target, context=("a long history " * 20,))])[0]
@@ -418,9 +417,9 @@ def test_causal_empty_context_conditions_on_bos(loaded):
     engine = engine_for(loaded, "dialogpt-medium")
     for item in (NLLItem(target="hello there", context=()), NLLItem(target="hello there", source="")):
         enc = engine.encode(item)
-        assert enc.source_ids == (engine.bos_id,)
+        assert enc.source_ids == (engine.encoder.bos_id,)
         res = engine.score([item])[0]
-        tgt = _ids(engine, "hello there") + [engine.eos_id]
+        tgt = _ids(engine, "hello there") + [engine.encoder.eos_id]
         assert res.token_ids == tgt and res.num_tokens == len(tgt)  # first token is scored
         assert res.source_tokens == 1 and not res.truncated
         loss, per_token = _hf_reference(engine, enc)
@@ -432,7 +431,7 @@ def test_causal_empty_context_conditions_on_bos(loaded):
 def test_seq2seq_empty_context(loaded, name):
     engine = engine_for(loaded, name)
     enc = engine.encode(NLLItem(target="hi", context=()))
-    expected = ([engine.bos_id] if engine.fmt.source_bos else []) + [engine.eos_id]
+    expected = ([engine.encoder.bos_id] if engine.fmt.source_bos else []) + [engine.encoder.eos_id]
     assert list(enc.source_ids) == expected
     res = engine.score([NLLItem(target="hi", context=())])[0]
     assert math.isfinite(res.nll) and res.num_tokens == len(enc.target_ids)
@@ -444,7 +443,7 @@ def test_empty_target(loaded, name):
     without it there is nothing to score and the engine says so."""
     engine = engine_for(loaded, name)
     res = engine.score([NLLItem(target="", context=("hi",))])[0]
-    assert res.token_ids == [engine.eos_id] and res.num_tokens == 1
+    assert res.token_ids == [engine.encoder.eos_id] and res.num_tokens == 1
     fmt = engine.fmt.model_copy(update={"append_eos": False})
     bare = engine_for(loaded, name, format=fmt)
     with pytest.raises(EmptyTargetError) as err:

@@ -14,7 +14,8 @@ import torch
 
 from dialscore_server.checkpoints.loading import load_model
 from dialscore_server.nll import kernels
-from dialscore_server.nll.engine import EncodedItem, NLLEngine
+from dialscore_server.nll.encoding import EncodedItem
+from dialscore_server.nll.engine import NLLEngine
 from dialscore_server.checkpoints.standins import reinit_
 
 pytestmark = pytest.mark.skipif(not kernels.onednn_linear_available(),

@@ -17,8 +17,10 @@ import random
 import pytest
 import torch
 
+from dialscore_server.batching import share_prefixes
 from dialscore_server.checkpoints.loading import LoadedModel, load_model
-from dialscore_server.nll.engine import EncodedItem, NLLEngine, NLLItem
+from dialscore_server.nll.encoding import EncodedItem, NLLItem
+from dialscore_server.nll.engine import NLLEngine
 from dialscore_server.checkpoints.standins import reinit_
 
 TOL = 1e-4
@@ -74,6 +76,11 @@ def mixed_items(vocab: int, seed: int) -> list[EncodedItem]:
     return items
 
 
+def sequences(items: list[EncodedItem]) -> list[tuple[int, ...]]:
+    """What the engine groups by shared prefix: each item's source + target tokens."""
+    return [e.source_ids + e.target_ids for e in items]
+
+
 def assert_same(a, b, tol=TOL):
     assert a.token_ids == b.token_ids and a.num_tokens == b.num_tokens
     assert a.source_tokens == b.source_tokens and a.truncated == b.truncated
@@ -117,7 +124,7 @@ def test_grouping_and_token_accounting(models):
         EncodedItem((1, 2, 3), (4,), False),       # alone
         EncodedItem(src[:17], (6,), False),        # 17 shared tokens, but only 18 long
     ]
-    groups, alone = eng._share_prefixes(items)
+    groups, alone = share_prefixes(sequences(items), eng.min_shared_prefix)
     assert alone == [3, 4, 5]
     by_items = {frozenset(g.items): g.length for g in groups}
     # Best split: {0, 1, 2} at 40 tokens (saves 80) plus nothing else, or {0,1,2,5} at 17 (saves
@@ -131,7 +138,7 @@ def test_grouping_and_token_accounting(models):
         assert_same(a, b)
     # Duplicates: the prefix is the whole item but one token.
     dup = [EncodedItem(src, (7, 8, 9), False)] * 3
-    (g,), alone = eng._share_prefixes(dup)
+    (g,), alone = share_prefixes(sequences(dup), eng.min_shared_prefix)
     assert g.length == len(src) + 2 and alone == []
     for a, b in zip(eng.score_encoded(dup)[0], off.score_encoded(dup)[0]):
         assert_same(a, b)
@@ -231,7 +238,8 @@ def test_bf16_close_to_fp32(stand_in_registry, models):
     got, stats = bf16.score_encoded(items)
     plain = NLLEngine(cfg, loaded=lm, prefix_reuse=False).score_encoded(items)[0]
     assert stats.shared_groups > 0
-    assert bf16._head_fp32 is not None and bf16._head_fp32.dtype == torch.float32
+    head = bf16.projection.weight_fp32
+    assert head is not None and head.dtype == torch.float32
     diffs = [abs(a.nll - b.nll) for a, b in zip(got, want)]
     assert max(diffs) < BF16_TOL
     # Reuse does not change bf16 numbers beyond bf16's own noise either.

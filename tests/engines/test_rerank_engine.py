@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from dialscore_server.contradiction.engine import (
-    ContradictionDetector, DetectionJob, Evidence, NLIPairClassifier, Turn,
-)
+from dialscore_server.contradiction.classifier import NLIPairClassifier
+from dialscore_server.contradiction.engine import ContradictionDetector
+from dialscore_server.contradiction.pairing import DetectionJob, Evidence, Turn
 from dialscore_server.contract.errors import InputError
 from dialscore_server.rerank.engine import (
     DEFAULT_NLL_WEIGHT, Reranker, RerankWeights, candidate_speaker, query_context,

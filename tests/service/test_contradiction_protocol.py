@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from dialscore_server.contradiction.engine import DetectionResult, Evidence, Turn
+from dialscore_server.contradiction.pairing import DetectionResult, Evidence, Turn
 from dialscore_server.contradiction.protocol import ContradictionRequest, ContradictionResponse
 from dialscore_server.contract.errors import ServiceError
 from dialscore_server.rerank.engine import RerankOutput, RerankResult, RerankWeights

@@ -8,7 +8,8 @@ import re
 import httpx
 import pytest
 
-from dialscore_server.nll.engine import NLLEngine, NLLItem
+from dialscore_server.nll.encoding import NLLItem
+from dialscore_server.nll.engine import NLLEngine
 from dialscore_server.nll.protocol import NLLResponse
 
 pytestmark = pytest.mark.serve

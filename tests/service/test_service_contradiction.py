@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from dialscore_server.contradiction.decode import read_decode
+from dialscore.evals.decode import read_decode
 from dialscore_server.rerank.engine import query_context
 from shared_data import shared_file
 
@@ -111,13 +111,13 @@ def test_the_decode_rct_file_passes_without_a_single_error(served):
     assert len(examples) == 2011
     probabilities = []
     for start in range(0, len(examples), 500):
-        chunk = [e.request_dialogue() for e in examples[start:start + 500]]
+        chunk = [e.to_request() for e in examples[start:start + 500]]
         r = _post(served, "/v1/contradiction", {"dialogues": chunk})
         assert r.status_code == 200, r.text[:500]
         results = r.json()["results"]
         assert len(results) == len(chunk)
         probabilities += [res["probability"] for res in results]
     # Results are in order: the same dialogues reversed give the same probabilities reversed.
-    head = [e.request_dialogue() for e in examples[:50]]
+    head = [e.to_request() for e in examples[:50]]
     back = _post(served, "/v1/contradiction", {"dialogues": head[::-1]}).json()["results"]
     assert [r["probability"] for r in back][::-1] == pytest.approx(probabilities[:50], abs=1e-5)

@@ -242,26 +242,9 @@ def is_stand_in(path: str | Path) -> bool:
     return (Path(path) / MARKER).is_file()
 
 
-def lay_out_as_hub_cache(checkpoint: str | Path, cache_dir: str | Path, repo_id: str,
-                         snapshot: str = "0000000000000000000000000000000000000000") -> Path:
-    """Copy a checkpoint into the Hugging Face hub cache layout, so `repo_id` loads offline.
-
-    Produces ``cache_dir/models--org--name/{snapshots/<snapshot>/..., refs/main}``; with
-    ``HF_HUB_OFFLINE=1`` and ``cache_dir`` as the hub cache, ``from_pretrained(repo_id)`` resolves
-    ``main`` through ``refs/main`` to the snapshot.
-    """
-    repo_dir = Path(cache_dir) / ("models--" + repo_id.replace("/", "--"))
-    snap = repo_dir / "snapshots" / snapshot
-    if snap.exists():
-        shutil.rmtree(snap)
-    shutil.copytree(checkpoint, snap)
-    (repo_dir / "refs").mkdir(parents=True, exist_ok=True)
-    (repo_dir / "refs" / "main").write_text(snapshot)
-    return snap
-
-
 def reinit_(model, std: float = 0.3, seed: int = 0):
-    """Re-initialise every weight matrix and embedding with N(0, std) in place (tests only).
+    """Re-initialise every weight matrix and embedding with N(0, std) in place (tests and
+    benchmarks; never a served model).
 
     The default small init makes every token's NLL ≈ log(vocab) and hides padding and span bugs; a
     large std makes NLLs vary strongly by token and position. LayerNorms stay at their init.
@@ -282,8 +265,9 @@ def train_causal(checkpoint: str | Path, out: str | Path, sentences: Sequence[st
                  seconds: float = 20.0, max_steps: int = 400, seed: int = 0, lr: float = 3e-3) -> Path:
     """Briefly train a decoder-only stand-in on `sentences` (each followed by eos); save to `out`.
 
-    Used by tests that need a model which has learned word order (spec section 2: a trained
-    left-to-right model prefers natural over shuffled text). Stops at `max_steps` or `seconds`.
+    Used by tests and benchmarks that need a model which has learned word order (spec section 2: a
+    trained left-to-right model prefers natural over shuffled text). Stops at `max_steps` or
+    `seconds`.
     The output keeps the stand-in marker (it is still not a real checkpoint).
     """
     import torch

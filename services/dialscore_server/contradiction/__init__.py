@@ -1,2 +1,3 @@
-"""DECODE contradiction detection: the Ray-free engine (`engine`), the HTTP schemas of
-POST /v1/contradiction (`protocol`) and the DECODE data reader and metrics (`decode`)."""
+"""DECODE contradiction detection: pairing and verdict (`pairing`, torch-free), the NLI pair
+classifier (`classifier`), the Ray-free detector (`engine`) and the HTTP schemas of
+POST /v1/contradiction (`protocol`)."""

@@ -18,7 +18,8 @@ from dialscore.model_card import ModelCard
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contract.reply import Reply
-from dialscore_server.contradiction.engine import ContradictionDetector, DetectionJob, DetectionResult
+from dialscore_server.contradiction.engine import ContradictionDetector
+from dialscore_server.contradiction.pairing import DetectionJob, DetectionResult
 from dialscore_server.contradiction.serving import ContradictionServing, Detector, Work
 
 #: Upper bound of a batch, counted in NLI pairs (Serve's max_batch_size).

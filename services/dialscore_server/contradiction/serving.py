@@ -17,7 +17,7 @@ from dialscore.model_card import ModelCard
 from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
-from dialscore_server.contradiction.engine import DetectionJob, DetectionResult, plan_pairs
+from dialscore_server.contradiction.pairing import DetectionJob, DetectionResult, plan_pairs
 
 
 class Detector(Engine, Protocol):

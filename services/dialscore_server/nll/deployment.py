@@ -19,7 +19,8 @@ from dialscore.model_card import ModelCard
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contract.reply import Reply
-from dialscore_server.nll.engine import NLLEngine, NLLItem
+from dialscore_server.nll.encoding import NLLItem
+from dialscore_server.nll.engine import NLLEngine
 from dialscore_server.nll.serving import NLLScorer, NLLServing, Scored, Work
 
 #: Upper bound of `max_batch_tokens` (Serve's max_batch_size, counted in tokens).

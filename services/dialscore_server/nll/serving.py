@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dialscore.model_card import ModelCard
+from dialscore_server.batching import BatchStats
 from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
-from dialscore_server.nll.engine import BatchStats, EncodedItem, NLLItem, NLLResult
+from dialscore_server.nll.encoding import EncodedItem, NLLItem
+from dialscore_server.nll.engine import NLLResult
 
 
 class NLLScorer(Engine, Protocol):

@@ -12,11 +12,11 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from dialscore_server.contradiction.engine import DetectionJob, DetectionResult, Turn
+from dialscore_server.contradiction.pairing import DetectionJob, DetectionResult, Turn
 from dialscore_server.contract.deadline import answer, from_ray
 from dialscore_server.contract.errors import ServiceError
 from dialscore_server.contract.reply import Reply
-from dialscore_server.nll.engine import NLLItem
+from dialscore_server.nll.encoding import NLLItem
 from dialscore_server.rerank.engine import Reranker, RerankOutput
 
 

@@ -36,7 +36,8 @@ Contract. Given a dialogue `context` (turns, oldest first) and candidate replies
 
 Example with an injected classifier::
 
-    >>> from dialscore_server.contradiction.engine import ContradictionDetector, Turn
+    >>> from dialscore_server.contradiction.engine import ContradictionDetector
+    >>> from dialscore_server.contradiction.pairing import Turn
     >>> class Fake:
     ...     def contradiction_probs(self, pairs):
     ...         return [0.8 if "hate" in h else 0.1 for p, h in pairs]
@@ -58,9 +59,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from dialscore_server.contradiction.engine import (
-    DEFAULT_THRESHOLD, ContradictionDetector, DetectionJob, DetectionResult, Evidence, Mode,
-    MODES, Speaker, Turn, TurnId, check_threshold, turn_ids,
+from dialscore_server.contradiction.engine import ContradictionDetector
+from dialscore_server.contradiction.pairing import (
+    DEFAULT_THRESHOLD, MODES, DetectionJob, DetectionResult, Evidence, Mode, Speaker, Turn, TurnId,
+    check_threshold, turn_ids,
 )
 from dialscore_server.contract.errors import InputError
 

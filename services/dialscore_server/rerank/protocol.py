@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, RootModel, field_validator
 
-from dialscore_server.contradiction.engine import DEFAULT_THRESHOLD, Turn
+from dialscore_server.contradiction.pairing import DEFAULT_THRESHOLD, Turn
 from dialscore_server.contradiction.protocol import (
     EvidenceOut, Probability, SpeakerIn, TurnIn, unique_turn_ids,
 )

@@ -1,0 +1,158 @@
+"""From an NLL item to the token ids the NLL engine scores: formatting, tokenization, truncation.
+
+:class:`NLLEncoder` implements the token layout of :mod:`dialscore_server.nll.engine`'s contract
+for one model: dialogue turns and knowledge are formatted with the model's
+:class:`~dialscore.model_card.DialogueFormat`; the target is tokenized on its own (no special
+tokens, no leading space added) and gets the eos token when the format says ``append_eos``;
+sources that do not fit the window are cut from the left (oldest history first, the pinned
+knowledge only when no history is left); targets are never cut.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dialscore_server.checkpoints.registry import ModelConfig
+from dialscore_server.contract.errors import InputError
+
+
+class TargetTooLongError(InputError):
+    """The target alone does not fit the model's window (targets are never truncated)."""
+
+
+class EmptyTargetError(InputError):
+    """The target produced no token to score."""
+
+
+@dataclass(frozen=True)
+class NLLItem:
+    """One thing to score: either dialogue turns (`context`, optional `knowledge`) or a raw `source`.
+
+    `context` turns are formatted with the model's :class:`~dialscore.model_card.DialogueFormat`;
+    a raw `source` is used verbatim. An empty `context` (or empty `source`) is valid.
+    """
+
+    target: str
+    context: tuple[str, ...] | None = None
+    knowledge: str | None = None
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.source is not None and (self.context is not None or self.knowledge is not None):
+            raise InputError("give either `source` or `context`/`knowledge`, not both", "source")
+
+
+@dataclass(frozen=True)
+class EncodedItem:
+    """An item after tokenization and truncation: what the forward pass consumes.
+
+    `source_ids` is the full encoder input (seq2seq) or the conditioning prefix (causal);
+    `target_ids` are exactly the scored tokens.
+    """
+
+    source_ids: tuple[int, ...]
+    target_ids: tuple[int, ...]
+    truncated: bool
+
+    @property
+    def cost(self) -> int:
+        return len(self.source_ids) + len(self.target_ids)
+
+
+class NLLEncoder:
+    """Encodes :class:`NLLItem` for one causal or seq2seq model.
+
+    Args:
+        config: the registry entry (family, window ``max_length``, dialogue ``format``).
+        tokenizer: the model's Hugging Face tokenizer.
+        decoder_start_token_id: seq2seq only: the model's first decoder input token.
+
+    Attributes: ``eos_id``; ``bos_id`` (the tokenizer's bos, else its eos: a causal item with an
+    empty source is conditioned on it alone); ``decoder_prefix``, the unscored decoder inputs
+    before the target (seq2seq: ``decoder_start_token_id`` [+ bos when the format says
+    ``target_bos``]; causal: empty).
+    """
+
+    def __init__(self, config: ModelConfig, tokenizer: Any,
+                 decoder_start_token_id: int | None = None):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.fmt = config.format
+        self.eos_id: int = tokenizer.eos_token_id
+        self.bos_id: int = (tokenizer.bos_token_id if tokenizer.bos_token_id is not None
+                            else tokenizer.eos_token_id)
+        if config.family == "seq2seq":
+            start = decoder_start_token_id
+            self.decoder_prefix: tuple[int, ...] = (
+                (start, self.bos_id) if self.fmt.target_bos else (start,)
+            )
+        else:
+            self.decoder_prefix = ()
+
+    # ----------------------------------------------------------------------------- formatting
+    def _resolve(self, text: str) -> str:
+        return text.replace("{eos}", self.tokenizer.eos_token or "").replace(
+            "{bos}", self.tokenizer.bos_token or ""
+        )
+
+    def format_parts(self, item: NLLItem) -> tuple[str, str]:
+        """The item's source as (pinned knowledge text, truncatable history text)."""
+        if item.source is not None:
+            return "", item.source
+        history = self._resolve(self.fmt.join_turns(list(item.context or ())))
+        if not item.knowledge:
+            return "", history
+        sep = self._resolve(self.fmt.knowledge_separator)
+        if self.fmt.knowledge_position == "before_history":
+            return item.knowledge + sep, history
+        # After the history: the knowledge is the newest text, so it is kept and history cut.
+        return "", history + item.knowledge + sep
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False).input_ids if text else []
+
+    # ----------------------------------------------------------------------------- encoding
+    def encode(self, item: NLLItem) -> EncodedItem:
+        """Tokenize and truncate one item; raise :class:`InputError` if it cannot be scored
+        (:class:`EmptyTargetError`, :class:`TargetTooLongError`, `param` ``target``)."""
+        target = self._ids(item.target)
+        if self.fmt.append_eos:
+            target.append(self.eos_id)
+        if not target:
+            raise EmptyTargetError("target is empty: there is no token to score", "target")
+        pinned_text, body_text = self.format_parts(item)
+        pinned, body = self._ids(pinned_text), self._ids(body_text)
+        limit = self.config.max_length
+        if self.config.family == "causal":
+            if len(target) > limit - 1:
+                raise TargetTooLongError(
+                    f"target has {len(target)} tokens; model {self.config.name!r} fits at most "
+                    f"{limit - 1} target tokens (window {limit}, one token of context); targets are "
+                    "never truncated", "target")
+            room = limit - len(target)
+            src, truncated = cut_left(pinned, body, room)
+            if not src:
+                src = [self.bos_id]
+            return EncodedItem(tuple(src), tuple(target), truncated)
+        # seq2seq: encoder and decoder windows are separate.
+        if len(target) + len(self.decoder_prefix) - 1 > limit:
+            raise TargetTooLongError(
+                f"target has {len(target)} tokens; model {self.config.name!r}'s decoder fits at most "
+                f"{limit - len(self.decoder_prefix) + 1}; targets are never truncated", "target")
+        head = [self.bos_id] if self.fmt.source_bos else []
+        tail = [self.eos_id] if self.fmt.source_eos else []
+        content, truncated = cut_left(pinned, body, limit - len(head) - len(tail))
+        src = head + content + tail or [self.eos_id]
+        return EncodedItem(tuple(src), tuple(target), truncated)
+
+
+def cut_left(pinned: list[int], body: list[int], room: int) -> tuple[list[int], bool]:
+    """Keep the last `room` tokens of pinned + body, cutting the body's oldest tokens first:
+    (kept tokens, whether anything was cut)."""
+    room = max(room, 0)
+    if len(pinned) + len(body) <= room:
+        return pinned + body, False
+    if len(pinned) <= room:
+        return pinned + body[len(body) - (room - len(pinned)):], True
+    return pinned[len(pinned) - room:], True

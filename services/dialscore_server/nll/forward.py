@@ -1,0 +1,239 @@
+"""The NLL engine's forward passes: batches of encoded items in, log-probabilities of their target
+tokens out.
+
+Every pass right-pads its rows and restarts position ids at 0 for every row (continuations start
+at their prefix length), so an item's numbers do not depend on what it shares a pass with. Each
+pass adds what it computed to the call's :class:`~dialscore_server.batching.BatchStats`; which
+items share a pass is decided by the engine (:mod:`dialscore_server.nll.engine`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from dialscore_server.batching import KV_BUDGET_FACTOR, BatchStats, SharedPrefixGroup, chunk_passes
+from dialscore_server.nll.encoding import EncodedItem
+from dialscore_server.nll.prefix_cache import expanded_prefix_cache
+
+#: log P(targets[k] | hidden[k]) for each selected position k (a VocabularyProjection).
+Projection = Callable[[Any, Any], list[float]]
+
+
+class ForwardPasses:
+    """The forward passes of one causal or seq2seq model.
+
+    Args:
+        model: the loaded Hugging Face model.
+        device: where its weights live (inputs are moved there).
+        pad_id: the token id written in padding slots (never attended to by a scored position).
+        decoder_prefix: seq2seq: the unscored decoder inputs before the target
+            (:attr:`~dialscore_server.nll.encoding.NLLEncoder.decoder_prefix`).
+        window: the registry's ``max_length``; continuation position ids stay below it and the
+            model's position table.
+        project: the vocabulary projection.
+
+    Each method returns, per item in the order given, the log-probabilities of its target tokens.
+    """
+
+    def __init__(self, model: Any, device: str, *, pad_id: int, decoder_prefix: tuple[int, ...],
+                 window: int, project: Projection):
+        self.model = model
+        self.device = device
+        self.pad_id = pad_id
+        self.decoder_prefix = decoder_prefix
+        self.max_positions = min(
+            window, getattr(model.config, "max_position_embeddings", None) or window)
+        self.project = project
+
+    def causal(self, rows: Sequence[EncodedItem], stats: BatchStats) -> list[list[float]]:
+        """Decoder-only: one sequence ``source + target`` per row; logits at position j predict
+        token j+1."""
+        import torch
+
+        device = self.device
+        width = max(r.cost for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        gather_rows, gather_cols, targets = [], [], []
+        for b, r in enumerate(rows):
+            seq = r.source_ids + r.target_ids
+            ids[b, : len(seq)] = torch.tensor(seq)
+            s = len(r.source_ids)
+            gather_rows += [b] * len(r.target_ids)
+            gather_cols += range(s - 1, s - 1 + len(r.target_ids))
+            targets += r.target_ids
+        stats.real_tokens += sum(r.cost for r in rows)
+        stats.padded_tokens += ids.numel()
+        stats.forward_passes += 1
+        # Right padding under causal attention: a real position attends only to earlier positions,
+        # all real, so the padding mask changes nothing a scored position sees; without it the
+        # attention runs the fused causal kernel instead of a masked one.
+        hidden = self.model.base_model(
+            input_ids=ids.to(device), attention_mask=None, use_cache=False
+        ).last_hidden_state
+        sel = hidden[torch.tensor(gather_rows, device=device), torch.tensor(gather_cols, device=device)]
+        flat = self.project(sel, torch.tensor(targets, device=device))
+        return _split(flat, [len(r.target_ids) for r in rows])
+
+    def seq2seq(self, rows: Sequence[EncodedItem], stats: BatchStats, encode_once: bool
+                ) -> list[list[float]]:
+        """Encoder-decoder: the source is the encoder input; the decoder input is the decoder
+        prefix + target[:-1]. With `encode_once` each distinct source of the pass is encoded once
+        and its states are shared by all of its targets; without, every row is encoded on its own.
+        """
+        import torch
+
+        device = self.device
+        sources: dict[tuple[int, ...], int] = {}
+        if encode_once:
+            for r in rows:
+                sources.setdefault(r.source_ids, len(sources))
+            enc_rows = list(sources)
+            index_of = [sources[r.source_ids] for r in rows]
+        else:
+            enc_rows = [r.source_ids for r in rows]
+            index_of = list(range(len(rows)))
+        src_width = max(len(s) for s in enc_rows)
+        enc_ids = torch.full((len(enc_rows), src_width), self.pad_id, dtype=torch.long)
+        enc_mask = torch.zeros((len(enc_rows), src_width), dtype=torch.long)
+        for u, s in enumerate(enc_rows):
+            enc_ids[u, : len(s)] = torch.tensor(s)
+            enc_mask[u, : len(s)] = 1
+        n_prefix = len(self.decoder_prefix)
+        dec_width = max(len(r.target_ids) for r in rows) + n_prefix - 1
+        dec_ids = torch.full((len(rows), dec_width), self.pad_id, dtype=torch.long)
+        dec_mask = torch.zeros((len(rows), dec_width), dtype=torch.long)
+        gather_rows, gather_cols, targets = [], [], []
+        for b, r in enumerate(rows):
+            seq = (self.decoder_prefix + r.target_ids)[:-1]
+            dec_ids[b, : len(seq)] = torch.tensor(seq)
+            dec_mask[b, : len(seq)] = 1
+            gather_rows += [b] * len(r.target_ids)
+            gather_cols += range(n_prefix - 1, n_prefix - 1 + len(r.target_ids))
+            targets += r.target_ids
+        stats.real_tokens += sum(len(s) for s in enc_rows) + int(dec_mask.sum())
+        stats.padded_tokens += enc_ids.numel() + dec_ids.numel()
+        stats.forward_passes += 1
+        encoder_hidden = self.model.get_encoder()(
+            input_ids=enc_ids.to(device), attention_mask=enc_mask.to(device)
+        ).last_hidden_state
+        index = torch.tensor(index_of, device=device)
+        hidden = self.model.get_decoder()(
+            input_ids=dec_ids.to(device), attention_mask=dec_mask.to(device),
+            encoder_hidden_states=encoder_hidden.index_select(0, index),
+            encoder_attention_mask=enc_mask.to(device).index_select(0, index), use_cache=False,
+        ).last_hidden_state
+        sel = hidden[torch.tensor(gather_rows, device=device), torch.tensor(gather_cols, device=device)]
+        flat = self.project(sel, torch.tensor(targets, device=device))
+        return _split(flat, [len(r.target_ids) for r in rows])
+
+    def shared(self, encoded: Sequence[EncodedItem], unit: Sequence[SharedPrefixGroup],
+               stats: BatchStats, token_budget: int) -> list[list[float]]:
+        """Score the items of `unit` (in group order): each group's prefix once with its key/value
+        cache, then every item's continuation against its group's cached prefix.
+
+        Prefix pass: the groups' prefixes, right-padded, ``use_cache=True``. Target tokens whose
+        predicting position lies inside the prefix (always the first one when the prefix is the
+        whole source: the prefix's last hidden state predicts it) are projected from this pass.
+        Continuation passes (:func:`~dialscore_server.batching.chunk_passes` under `token_budget`
+        and KV_BUDGET_FACTOR × `token_budget`): each item's remaining tokens, right-padded;
+        position ids continue from the group's prefix length; the attention mask is the group's
+        prefix mask (its padding masked out) followed by the continuation's own; the prefix
+        keys/values are gathered per row, layer by layer, as the layer needs them
+        (:func:`~dialscore_server.nll.prefix_cache.expanded_prefix_cache`).
+        """
+        import torch
+
+        device = self.device
+        seqs = {i: encoded[i].source_ids + encoded[i].target_ids for g in unit for i in g.items}
+        width = max(g.length for g in unit)
+        ids = torch.full((len(unit), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(unit), width), dtype=torch.long)
+        for k, g in enumerate(unit):
+            ids[k, : g.length] = torch.tensor(seqs[g.items[0]][: g.length])
+            mask[k, : g.length] = 1
+        stats.real_tokens += sum(g.length for g in unit)
+        stats.padded_tokens += ids.numel()
+        stats.forward_passes += 1
+        stats.shared_groups += len(unit)
+        stats.shared_items += sum(len(g.items) for g in unit)
+        stats.shared_prefix_tokens += sum(g.length for g in unit)
+        mask = mask.to(device)
+        # Right-padded prefixes: no padding mask needed (see `causal`); the continuation passes
+        # below mask the prefix padding, which there lies before real positions.
+        out = self.model.base_model(input_ids=ids.to(device), attention_mask=None, use_cache=True)
+
+        # Targets predicted from inside the prefix; the rest continue below.
+        order = [i for g in unit for i in g.items]
+        n_pre: dict[int, int] = {}
+        rows, cols, targets = [], [], []
+        conts: list[tuple[int, int, int]] = []  # (item, group row, prefix length)
+        for k, g in enumerate(unit):
+            for i in g.items:
+                e = encoded[i]
+                s, m = len(e.source_ids), len(e.target_ids)
+                n = max(0, min(g.length - s + 1, m))
+                n_pre[i] = n
+                rows += [k] * n
+                cols += range(s - 1, s - 1 + n)
+                targets += e.target_ids[:n]
+                conts.append((i, k, g.length))
+        pre = {}
+        if targets:
+            hidden = out.last_hidden_state
+            flat = self.project(
+                hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)],
+                torch.tensor(targets, device=device))
+            pre = dict(zip(order, _split(flat, [n_pre[i] for i in order])))
+        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        del out
+
+        post: dict[int, list[float]] = {}
+        conts.sort(key=lambda c: len(seqs[c[0]]) - c[2])
+        for chunk in chunk_passes(conts, lambda c: len(seqs[c[0]]) - c[2], token_budget,
+                                  width, KV_BUDGET_FACTOR * token_budget):
+            c_width = max(len(seqs[i]) - p for i, _, p in chunk)
+            c_ids = torch.full((len(chunk), c_width), self.pad_id, dtype=torch.long)
+            c_mask = torch.zeros((len(chunk), c_width), dtype=torch.long)
+            c_pos = torch.arange(c_width).repeat(len(chunk), 1)
+            rows, cols, targets, sizes = [], [], [], []
+            for b, (i, k, p) in enumerate(chunk):
+                tail = seqs[i][p:]
+                c_ids[b, : len(tail)] = torch.tensor(tail)
+                c_mask[b, : len(tail)] = 1
+                c_pos[b] += p
+                e = encoded[i]
+                s, m = len(e.source_ids), len(e.target_ids)
+                n = m - n_pre[i]
+                first = max(p, s - 1)  # first predicting position after the prefix
+                rows += [b] * n
+                cols += range(first - p, first - p + n)
+                targets += e.target_ids[n_pre[i]:]
+                sizes.append(n)
+            c_pos.clamp_(max=self.max_positions - 1)  # padding slots only; real positions fit
+            stats.real_tokens += int(c_mask.sum())
+            stats.padded_tokens += c_ids.numel()
+            stats.forward_passes += 1
+            group_rows = torch.tensor([k for _, k, _ in chunk], device=device)
+            attention = torch.cat([mask.index_select(0, group_rows), c_mask.to(device)], dim=1)
+            hidden = self.model.base_model(
+                input_ids=c_ids.to(device), attention_mask=attention, position_ids=c_pos.to(device),
+                past_key_values=expanded_prefix_cache(kv, group_rows), use_cache=True,
+            ).last_hidden_state
+            if targets:
+                flat = self.project(
+                    hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)],
+                    torch.tensor(targets, device=device))
+            else:
+                flat = []
+            post.update(zip((i for i, _, _ in chunk), _split(flat, sizes)))
+        return [pre.get(i, []) + post.get(i, []) for i in order]
+
+
+def _split(flat: list[float], sizes: Sequence[int]) -> list[list[float]]:
+    """`flat` cut into consecutive lists of the given sizes."""
+    out, pos = [], 0
+    for n in sizes:
+        out.append(flat[pos:pos + n])
+        pos += n
+    return out
