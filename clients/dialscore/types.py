@@ -73,10 +73,16 @@ class NLLResponse(_Result):
     usage: Usage | None = None
 
 
-# ---------------------------------------------------------------------------- contradiction
+# ---------------------------------------------------------------------------- turns
 
 class Turn(BaseModel):
-    """A dialogue turn for /v1/contradiction and /v1/rerank (request side)."""
+    """One dialogue turn: who said what. The request side of /v1/contradiction and /v1/rerank, and
+    the turn the MuTual and DECODE readers build.
+
+    ``id`` names the turn inside its dialogue (evidence refers to earlier turns by it); never rely
+    on its parity to tell speakers apart. The DECODE reader keeps the file's ``turn_id``s, the
+    MuTual reader numbers turns 0, 1, 2, ...; ``None`` lets the service number them by position.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -85,11 +91,14 @@ class Turn(BaseModel):
     id: str | int | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The service's turn object: ``{"speaker", "text"}``, with ``"id"`` when it is set."""
         out: dict[str, Any] = {"speaker": self.speaker, "text": self.text}
         if self.id is not None:
             out["id"] = self.id
         return out
 
+
+# ---------------------------------------------------------------------------- contradiction
 
 class Evidence(_Result):
     turn: str | int = Field(description="The id of an earlier turn that the last one contradicts.")

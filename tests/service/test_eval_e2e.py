@@ -101,7 +101,7 @@ def test_mutual_dev_rerank_scorer(client, tmp_path):
     # Scores are the reranker's, with the options said by their own speaker.
     inst = instances[3]
     speaker = split_speaker(inst.options[0])[0]
-    direct = client.rerank([t.to_wire() for t in inst.context],
+    direct = client.rerank([t.to_json() for t in inst.context],
                            [split_speaker(o)[1] for o in inst.options],
                            extra_body={"speaker": speaker})
     by_index = {r.index: r.score for r in direct.results}

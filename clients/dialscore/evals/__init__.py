@@ -5,7 +5,6 @@
     robustness    the ADEM-style perturbation battery and per-variant statistics
     linguistic    the battery's POS / entity / synonym backend (textblob + WordNet 3.0 files)
     report        terminal table, CSV, JSON and JSON Lines, each written atomically
-    dialogue      the `Turn` type the readers share
 
 The HTTP runners (`dialscore eval mutual|decode|robustness`) are built on these functions; nothing
 here imports Ray, httpx or torch.

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dialscore.evals.dialogue import Turn
+from dialscore.types import Turn
 from dialscore.evals.report import atomic_write_text
 
 
@@ -76,7 +76,7 @@ class DecodeDialogue:
 
     def to_request(self) -> dict[str, Any]:
         """The body a runner sends to the contradiction service for this dialogue."""
-        return {"turns": [t.to_wire() for t in self.turns]}
+        return {"turns": [t.to_json() for t in self.turns]}
 
 
 def _check(d: DecodeDialogue, where: str) -> DecodeDialogue:
@@ -152,8 +152,9 @@ def read_decode(path: str | Path,
     return out
 
 
-def _agent(speaker: str) -> int | str:
-    return int(speaker) if speaker.isdigit() else speaker
+def _agent(speaker: str | int) -> int | str:
+    """DECODE's `agent_id`: the reader keeps speakers as text; digits go back to numbers."""
+    return int(speaker) if isinstance(speaker, str) and speaker.isdigit() else speaker
 
 
 def to_record(d: DecodeDialogue) -> dict[str, Any]:

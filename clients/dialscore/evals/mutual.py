@@ -43,7 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dialscore.evals.dialogue import Turn
+from dialscore.types import Turn
 from dialscore.evals.report import atomic_write_text
 
 LETTERS = "ABCDEFGHIJ"

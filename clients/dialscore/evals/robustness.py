@@ -53,7 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dialscore.evals.decode import DecodeDialogue, average_ranks
-from dialscore.evals.dialogue import Turn
+from dialscore.types import Turn
 from dialscore.evals.linguistic import LinguisticBackend, default_backend
 from dialscore.evals.mutual import MutualInstance
 

@@ -56,7 +56,7 @@ from dialscore.evals.decode import (
     DecodeDialogue, DecodeMetrics, Prediction, a2t_set, decode_metrics, read_decode, rct_set,
     write_decode,
 )
-from dialscore.evals.dialogue import Turn
+from dialscore.types import Turn
 from dialscore.evals.mutual import (
     LETTERS, MutualInstance, MutualMetrics, Ranking, evaluate_mutual, read_mutual, split_speaker,
     write_ranked,
@@ -257,7 +257,7 @@ async def _rerank(client: AsyncDialscoreClient, jobs: Sequence[_RerankJob], *,
     extra = {k: v for k, v in (("model", model),) if v is not None}
 
     async def one(k: int, job: _RerankJob) -> None:
-        context = [t.to_wire() for t in job.context]
+        context = [t.to_json() for t in job.context]
         for start in range(0, len(job.candidates), MAX_CANDIDATES):
             part = job.candidates[start:start + MAX_CANDIDATES]
             body = dict(extra)
@@ -759,7 +759,7 @@ async def arun_robustness(client: AsyncDialscoreClient, path: str | Path, scorer
         where = []
         for k, (it, row) in enumerate(zip(items, texts)):
             for key, text in row.items():
-                turns = [*(t.to_wire() for t in it.context),
+                turns = [*(t.to_json() for t in it.context),
                          {"id": it.response.id, "speaker": it.response.speaker, "text": text}]
                 sig = (it.id, text)
                 if sig not in index:
