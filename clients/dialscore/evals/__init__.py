@@ -4,7 +4,6 @@
     decode        DECODE: reader, contradiction-service wire types, metrics, A2T and RCT sets
     robustness    the ADEM-style perturbation battery and per-variant statistics
     linguistic    the battery's POS / entity / synonym backend (textblob + WordNet 3.0 files)
-    report        terminal table, CSV, JSON and JSON Lines, each written atomically
 
 The HTTP runners (`dialscore eval mutual|decode|robustness`) are built on these functions; nothing
 here imports Ray, httpx or torch.

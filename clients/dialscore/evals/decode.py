@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from dialscore.types import Turn
-from dialscore.evals.report import atomic_write_text
+from dialscore.reporting.rows import write_jsonl
 
 
 @dataclass(frozen=True)
@@ -176,8 +176,7 @@ def to_record(d: DecodeDialogue) -> dict[str, Any]:
 
 def write_decode(path: str | Path, dialogues: Sequence[DecodeDialogue]) -> Path:
     """Write dialogues (e.g. an A2T or RCT set) as DECODE JSON Lines, atomically."""
-    lines = [json.dumps(to_record(d), ensure_ascii=False) for d in dialogues]
-    return atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return write_jsonl(path, (to_record(d) for d in dialogues))
 
 
 # --- predictions and metrics ------------------------------------------------------------------

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dialscore.types import Turn
-from dialscore.evals.report import atomic_write_text
+from dialscore.reporting.atomic import atomic_write_text
 
 LETTERS = "ABCDEFGHIJ"
 # A speaker marker standing as its own tokens: "m :" or "f :".

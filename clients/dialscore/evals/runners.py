@@ -2,7 +2,7 @@
 
 Each runner reads a data file, scores it through the HTTP client with progress bars, computes the
 metrics with the pure functions of this package and writes its report into `out_dir`, every file
-atomically (`dialscore.evals.report`). The file names carry the evaluation and a tag (the scorer and
+atomically (`dialscore.reporting`). The file names carry the evaluation and a tag (the scorer and
 model), so runs of several scorers can share one folder:
 
     mutual      mutual-TAG.ranked.txt       the official export: id, then the letters best first
@@ -61,9 +61,9 @@ from dialscore.evals.mutual import (
     LETTERS, MutualInstance, MutualMetrics, Ranking, evaluate_mutual, read_mutual, split_speaker,
     write_ranked,
 )
-from dialscore.evals.report import (
-    atomic_write_bytes, atomic_write_text, format_table, write_json, write_reports,
-)
+from dialscore.reporting.atomic import atomic_write_bytes, atomic_write_text
+from dialscore.reporting.rows import write_json, write_reports
+from dialscore.reporting.tables import format_table
 from dialscore.evals.robustness import (
     CATEGORIES, KINDS, ResponseItem, VariantStats, items_from_decode, items_from_mutual,
     mutual_style, perturb_all, variant_stats,
