@@ -141,6 +141,26 @@ class RerankResponse(_Result):
     results: list[RerankResult] = Field(description="Best first.")
 
 
+# ---------------------------------------------------------------------------- limits
+
+class PublishedLimits(_Result):
+    """The request limits a deployment publishes in ``GET /openapi.json`` (``info["x-limits"]``).
+
+    Each is the most one request may carry; the service answers a request over one with 413
+    ``payload_too_large`` naming the field. A limit the deployment does not publish is None.
+    """
+
+    max_items: int | None = Field(None, ge=1, description="Most items in one POST /v1/nll.")
+    max_turns: int | None = Field(None, ge=1, description="Most turns in one context or dialogue.")
+    max_text_chars: int | None = Field(
+        None, ge=1, description="Longest single text (turn, target...), in characters.")
+    max_dialogues: int | None = Field(
+        None, ge=1, description="Most dialogues in one POST /v1/contradiction.")
+    max_candidates: int | None = Field(
+        None, ge=1, description="Most candidates in one rerank request.")
+    max_body_bytes: int | None = Field(None, ge=1, description="Largest request body, in bytes.")
+
+
 # ---------------------------------------------------------------------------- health
 
 class Health(_Result):

@@ -12,7 +12,8 @@ For a dialogue with history H, response R and a valid explanation E (text
 
 Every pair's two items are built, identical items (same model, setting, context, knowledge and
 target; the valid item is shared by a valid explanation's six corruptions) are scored once, in
-chunks of bounded size sent concurrently by the client, with a progress bar.
+chunks of at most ``chunk_size`` items (lowered to the deployment's published ``max_items``)
+sent concurrently by the client, with a progress bar when tqdm is installed.
 
 **Resume.** Each scored item is appended to ``<out>/scores.jsonl`` as soon as its chunk returns
 (one write per chunk, flushed and fsynced), under a stable id: a SHA-256 of the model's
@@ -343,6 +344,7 @@ def run_probes(client: DialscoreClient, data_path: str | Path | Sequence[Dialogu
                         "an AsyncDialscoreClient")
     run = _prepare(data_path, client.models(), models, settings, seed, out_dir, corruptions,
                    chunk_size, n_boot, client.base_url, progress)
+    client.limits()  # read once: nll_many then keeps its chunks within the published limits
     run.open_bar()
     try:
         for info in run.models:
@@ -365,6 +367,7 @@ async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequ
     """:func:`run_probes` with an :class:`AsyncDialscoreClient` (same arguments and outputs)."""
     run = _prepare(data_path, await client.models(), models, settings, seed, out_dir, corruptions,
                    chunk_size, n_boot, client.base_url, progress)
+    await client.limits()  # read once: nll_many then keeps its chunks within them
     run.open_bar()
     try:
         for info in run.models:
