@@ -21,7 +21,9 @@ from dialscore.client import DialscoreClient
 from dialscore.evals.decode import read_decode
 from dialscore.evals.mutual import read_mutual, split_speaker
 from dialscore.evals.robustness import KINDS
-from dialscore.evals.runners import run_decode, run_mutual, run_robustness
+from dialscore.evals.runners.decode import run_decode
+from dialscore.evals.runners.mutual import run_mutual
+from dialscore.evals.runners.robustness import run_robustness
 from shared_data import shared_file
 
 pytestmark = pytest.mark.serve

@@ -283,6 +283,23 @@ class DecodeMetrics:
 
 NO_GROUP = "(none)"
 
+_METRIC_ORDER = ("n", "n_gold_contradiction", "n_predicted_contradiction", "accuracy",
+                 "strict_accuracy", "evidence_precision", "evidence_recall", "evidence_f1",
+                 "precision", "recall", "f1", "roc_auc", "fire_rate")
+
+
+def side_by_side(metrics: Mapping[str, Mapping[str, DecodeMetrics]]) -> list[dict[str, Any]]:
+    """Table rows of `metrics[set][mode]`: one row per metric (the fixed ones first, then the
+    per-group fire rates), one column per "set/mode", so the modes stand side by side."""
+    columns = [(s, m) for s, by_mode in metrics.items() for m in by_mode]
+    names = list(_METRIC_ORDER)
+    for s, m in columns:
+        for key in metrics[s][m].as_row():
+            if key not in names:
+                names.append(key)
+    return [{"metric": name, **{f"{s}/{m}": metrics[s][m].as_row().get(name) for s, m in columns}}
+            for name in names]
+
 
 def decode_metrics(gold: Sequence[DecodeDialogue], predictions: Sequence[Prediction],
                    groups: Sequence[str | None] | None = None) -> DecodeMetrics:

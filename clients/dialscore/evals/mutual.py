@@ -231,6 +231,17 @@ def evaluate_mutual(instances: Sequence[MutualInstance],
     return rankings, mutual_metrics(rankings)
 
 
+def chance_levels(n_options: Sequence[int]) -> dict[str, float | None]:
+    """R@1, R@2 and MRR of a uniformly random ranking, averaged over instances with these option
+    counts (None for no instances)."""
+    if not n_options:
+        return {"R@1": None, "R@2": None, "MRR": None}
+    k = list(n_options)
+    return {"R@1": sum(1 / n for n in k) / len(k),
+            "R@2": sum(min(2, n) / n for n in k) / len(k),
+            "MRR": sum(sum(1 / r for r in range(1, n + 1)) / n for n in k) / len(k)}
+
+
 def format_ranked(instance_id: str, ranking: Ranking) -> str:
     """One line of the official export: the id, then the letters best first, tab-separated."""
     return "\t".join((instance_id, *ranking.letters()))

@@ -122,22 +122,27 @@ class RunEnvelope:
                 "finished_at": self.finished_at, "elapsed_s": self.elapsed_s,
                 "files": self.files}
 
+    def report(self, results: Mapping[str, Any]) -> dict[str, Any]:
+        """The report: the envelope's keys, then `results`, which may not redefine any of them."""
+        head = self.to_json()
+        clash = sorted(set(head) & set(results))
+        if clash:
+            raise ValueError(f"results may not redefine the envelope's keys {clash}")
+        return {**head, **results}
+
 
 def write_run_report(envelope: RunEnvelope, results: Mapping[str, Any], *, table: str,
                      table_path: Path, report_path: Path, files: Mapping[str, Path],
                      echo: Echo = None) -> dict[str, Path]:
     """Close a run: write the terminal `table` to `table_path` (file kind "table"), finish the
-    envelope, write ``{**envelope, **results}`` to `report_path` (kind "report") and echo the
-    table and a line naming the files. Returns every file written, `files` first."""
-    head = envelope.to_json()
-    clash = sorted(set(head) & set(results))
-    if clash:
-        raise ValueError(f"results may not redefine the envelope's keys {clash}")
+    envelope, write :meth:`RunEnvelope.report` of `results` to `report_path` (kind "report") and
+    echo the table and a line naming the files. Returns every file written, `files` first."""
+    envelope.report(results)  # refuse a clash before anything is written
     written = dict(files)
     written["table"] = atomic_write_text(table_path, table.rstrip("\n") + "\n")
     written["report"] = report_path
     envelope.finish(written)
-    write_json(report_path, {**envelope.to_json(), **results})
+    write_json(report_path, envelope.report(results))
     if echo is not None:
         echo(table.rstrip("\n"))
         names = ", ".join(sorted(path.name for path in written.values()))
