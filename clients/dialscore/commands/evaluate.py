@@ -9,7 +9,8 @@
         --model dialogpt-medium --n 200 --seed 0 --out runs/eval
 
 Each writes its table to the terminal and CSV / JSON rows, a JSON report (with the served
-models' provenance) and, for the robustness battery, a PNG into --out; see
+models' provenance) and, for the robustness battery, a PNG (with matplotlib, the `reports` extra)
+into --out; the battery's POS, entity and synonym variants need the `evals` extra; see
 clients/dialscore/evals/runners/__init__.py for the files. Exit status: 0 done, 1 service or data
 error.
 """
@@ -97,6 +98,7 @@ def register(sub) -> None:
 
 def _run(args: argparse.Namespace, make) -> int:
     from dialscore.errors import DialscoreError
+    from dialscore.extras import MissingExtra
 
     async def main() -> None:
         async with service_args.async_client_from_args(args) as client:
@@ -104,6 +106,9 @@ def _run(args: argparse.Namespace, make) -> int:
 
     try:
         asyncio.run(main())
+    except MissingExtra as exc:
+        print(f"dialscore eval {args.evaluation}: {exc}", file=sys.stderr)
+        return 1
     except (DialscoreError, ValueError, OSError) as exc:
         print(f"dialscore eval {args.evaluation}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from dialscore.client import AsyncDialscoreClient, DialscoreClient
+from dialscore.extras import REPORTS, require
 from dialscore.model_card import ModelCard
 from dialscore.probes.corruptions import CORRUPTIONS, CorruptedPair, CorruptionSet, corrupt_dialogues
 from dialscore.probes.data import Dialogue, load_dialogues
@@ -303,6 +304,12 @@ def _prepare(data: str | Path | Sequence[Dialogue], available: Sequence[ModelCar
     return _Run(dialogues, chosen, plan, store, scores, envelope, out, progress)
 
 
+def _require_reports() -> None:
+    """Stop before any request when numpy is missing: the report's confidence intervals need it
+    (without tqdm the run shows no progress bar; without matplotlib it writes no PNG)."""
+    require(("numpy",), REPORTS, "the probe report's bootstrap confidence intervals")
+
+
 def _finish(run: _Run, n_boot: int, plots: bool, echo: Echo) -> Report:
     run.close_bar()
     pairs: list[ScoredPair] = []
@@ -338,10 +345,14 @@ def run_probes(client: DialscoreClient, data_path: str | Path | Sequence[Dialogu
     ``models``: names (or a comma-separated string); None = every dialogue model the server
     serves. ``settings``: ``inference`` and/or ``attribution``. Items already in
     ``out_dir/scores.jsonl`` are not sent again. ``echo`` (e.g. ``print``) receives the tables.
+
+    Needs numpy (the `reports` extra) for the confidence intervals: without it
+    :class:`~dialscore.extras.MissingExtra` is raised before any request.
     """
     if isinstance(client, AsyncDialscoreClient):
         raise TypeError("run_probes takes a DialscoreClient; use `await arun_probes(...)` with "
                         "an AsyncDialscoreClient")
+    _require_reports()
     run = _prepare(data_path, client.models(), models, settings, seed, out_dir, corruptions,
                    chunk_size, n_boot, client.base_url, progress)
     client.limits()  # read once: nll_many then keeps its chunks within the published limits
@@ -365,6 +376,7 @@ async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequ
                       plots: bool = True, progress: bool = True,
                       echo: Echo = None) -> Report:
     """:func:`run_probes` with an :class:`AsyncDialscoreClient` (same arguments and outputs)."""
+    _require_reports()
     run = _prepare(data_path, await client.models(), models, settings, seed, out_dir, corruptions,
                    chunk_size, n_boot, client.base_url, progress)
     await client.limits()  # read once: nll_many then keeps its chunks within them
