@@ -272,35 +272,21 @@ def _prepare(data: str | Path | Sequence[Dialogue], available: Sequence[ModelCar
              base_url: str, progress: bool) -> _Run:
     if isinstance(settings, str):
         settings = [s.strip() for s in settings.split(",") if s.strip()]
-    if isinstance(data, (str, Path)):
-        dialogues = load_dialogues(data)
-        data_info = RunEnvelope.data_config(data)
-    else:
-        dialogues = list(data)
-        data_info = RunEnvelope.data_config(None)
+    path = data if isinstance(data, (str, Path)) else None
+    dialogues = load_dialogues(path) if path is not None else list(data)
     chosen = _resolve_models(available, models)
     plan = plan_probes(dialogues, chosen, settings, seed, corruptions)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     store = ScoreStore(out / SCORES_FILE)
     scores = store.load()
-    config = {
-        **data_info,
-        "server": base_url,
-        "models": [m.name for m in chosen],
-        "settings": list(settings),
-        "seed": seed,
-        "corruptions": list(corruptions),
-        "chunk_size": chunk_size,
-        "n_boot": n_boot,
-        "n_dialogues": len(dialogues),
-        "dialogues_per_dataset": dict(sorted(Counter(d.dataset for d in dialogues).items())),
-        "pairs": len(plan.pairs),
-        "items": len(plan.items),
-        "items_before_dedup": plan.n_item_refs,
-        "torn_score_lines_ignored": store.torn_lines,
-    }
-    envelope = RunEnvelope(run="probe", config=config)
+    envelope = RunEnvelope.start(
+        "probe", path, base_url, models=[m.name for m in chosen], settings=list(settings),
+        seed=seed, corruptions=list(corruptions), chunk_size=chunk_size, n_boot=n_boot,
+        n_dialogues=len(dialogues),
+        dialogues_per_dataset=dict(sorted(Counter(d.dataset for d in dialogues).items())),
+        pairs=len(plan.pairs), items=len(plan.items), items_before_dedup=plan.n_item_refs,
+        torn_score_lines_ignored=store.torn_lines)
     return _Run(dialogues, chosen, plan, store, scores, envelope, out, progress)
 
 

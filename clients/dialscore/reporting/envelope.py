@@ -101,6 +101,12 @@ class RunEnvelope:
     client_version: str = field(default_factory=client_version)
     _clock: float = field(default_factory=time.monotonic, repr=False, compare=False)
 
+    @classmethod
+    def start(cls, run: str, data: str | Path | None, server: str, **options: Any) -> RunEnvelope:
+        """The envelope of a run starting now on `data` (a path, or None for data given as
+        objects) against the service at `server`; `options` complete the configuration."""
+        return cls(run=run, config={**cls.data_config(data), "server": server, **options})
+
     @staticmethod
     def data_config(data: str | Path | None) -> dict[str, Any]:
         """The `data` and `data_sha256` entries of a configuration, for a path or (None) data

@@ -24,9 +24,11 @@ Scores are "higher = better" everywhere (:mod:`dialscore.evals.scorers`): the re
 is, NLLs negated, and for the contradiction scorer 1 - P(contradiction).
 
 Modules, one per evaluation, each with its coroutine taking an `AsyncDialscoreClient` and its sync
-twin taking a `DialscoreClient` or a URL (:func:`~dialscore.evals.runners.sync.run_sync`):
+twin taking a `DialscoreClient` or a URL:
 
     mutual      arun_mutual, run_mutual, MUTUAL_SCORERS
     decode      arun_decode, run_decode, DECODE_MODES, DIAGNOSTICS
     robustness  arun_robustness, run_robustness, ROBUSTNESS_SCORERS
+    sync        run_sync: a runner coroutine on an async client mirroring a sync one
+    selection   first: the records a runner keeps (`limit`), refusing an empty set
 """

@@ -12,6 +12,7 @@ from dialscore.evals.decode import (
     DecodeDialogue, DecodeMetrics, Prediction, a2t_set, decode_metrics, rct_set, read_decode,
     side_by_side, write_decode,
 )
+from dialscore.evals.runners.selection import first
 from dialscore.evals.runners.sync import run_sync
 from dialscore.evals.scorers import DIALOGUE_CHUNK, detect
 from dialscore.evals.served import resolve_model, served_models
@@ -85,16 +86,12 @@ async def arun_decode(client: AsyncDialscoreClient, path: str | Path,
     bad = [d for d in diagnostics if d not in DIAGNOSTICS]
     if bad:
         raise ValueError(f"unknown diagnostic set(s) {bad}; choose from {', '.join(DIAGNOSTICS)}")
-    envelope = RunEnvelope(run="decode", config={
-        **RunEnvelope.data_config(path), "server": client.base_url, "modes": list(modes),
-        "threshold": threshold, "evidence_threshold": evidence_threshold, "model": model,
-        "diagnostics": list(diagnostics), "seed": seed, "limit": limit, "chunk_size": chunk_size})
-    dialogues = read_decode(path)
-    n_read = len(dialogues)
-    if limit is not None:
-        dialogues = dialogues[:limit]
-    if not dialogues:
-        raise ValueError(f"{path}: no DECODE dialogues to evaluate")
+    envelope = RunEnvelope.start(
+        "decode", path, client.base_url, modes=list(modes), threshold=threshold,
+        evidence_threshold=evidence_threshold, model=model, diagnostics=list(diagnostics),
+        seed=seed, limit=limit, chunk_size=chunk_size)
+    read = read_decode(path)
+    dialogues = first(read, limit, f"{path}: no DECODE dialogues to evaluate")
     served = await served_models(client)
     if model is not None:
         resolve_model(served, model, "classifier", "contradiction detection")
@@ -138,7 +135,7 @@ async def arun_decode(client: AsyncDialscoreClient, path: str | Path,
         table += "\n" + "\n".join(notes)
     envelope.models = model_provenance(served, [classifier])
     results_json = {
-        "classifier": classifier, "dialogues_read": n_read,
+        "classifier": classifier, "dialogues_read": len(read),
         "diagnostics": {name: {"n": len(sets.get(name, ())), "skipped": skipped[name]}
                         for name in diagnostics},
         "metrics": {s: {m: metrics[s][m] for m in modes} for s in sets},

@@ -11,6 +11,7 @@ from dialscore.evals.mutual import (
     LETTERS, MutualInstance, MutualMetrics, Ranking, chance_levels, evaluate_mutual, read_mutual,
     split_speaker, write_ranked,
 )
+from dialscore.evals.runners.selection import first
 from dialscore.evals.runners.sync import run_sync
 from dialscore.evals.scorers import ReplyCandidates, file_tag, make_scorer
 from dialscore.evals.served import served_models
@@ -75,15 +76,10 @@ async def arun_mutual(client: AsyncDialscoreClient, path: str | Path, scorer: st
     """
     if scorer not in MUTUAL_SCORERS:
         raise ValueError(f"unknown MuTual scorer {scorer!r}; choose from {', '.join(MUTUAL_SCORERS)}")
-    envelope = RunEnvelope(run="mutual", config={
-        **RunEnvelope.data_config(path), "server": client.base_url, "scorer": scorer,
-        "model": model, "nll_model": nll_model, "limit": limit, "chunk_size": chunk_size})
-    instances = read_mutual(path)
-    n_read = len(instances)
-    if limit is not None:
-        instances = instances[:limit]
-    if not instances:
-        raise ValueError(f"{path}: no MuTual instances to evaluate")
+    envelope = RunEnvelope.start("mutual", path, client.base_url, scorer=scorer, model=model,
+                                 nll_model=nll_model, limit=limit, chunk_size=chunk_size)
+    read = read_mutual(path)
+    instances = first(read, limit, f"{path}: no MuTual instances to evaluate")
     served = await served_models(client)
     scoring = make_scorer(scorer, served, model=model, nll_model=nll_model, chunk_size=chunk_size)
     jobs, owners = _jobs(instances)
@@ -128,7 +124,7 @@ async def arun_mutual(client: AsyncDialscoreClient, path: str | Path, scorer: st
     if n_tied:
         table += f"\n{n_tied} gold option(s) tied with another option (ties count against the gold)"
     envelope.models = model_provenance(served, used)
-    results = {"instances_read": n_read, "metrics": metrics.as_row(), "chance": chance,
+    results = {"instances_read": len(read), "metrics": metrics.as_row(), "chance": chance,
                "gold_tied": n_tied, "instances_truncated": sum(truncated)}
     files = write_run_report(envelope, results, table=table, table_path=out / f"{stem}.txt",
                              report_path=out / f"{stem}.report.json", files=files, echo=echo)

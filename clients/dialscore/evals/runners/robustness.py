@@ -91,11 +91,10 @@ async def arun_robustness(client: AsyncDialscoreClient, path: str | Path, scorer
         raise ValueError(f"unknown robustness scorer {scorer!r}; choose from "
                          f"{', '.join(ROBUSTNESS_SCORERS)}")
     kinds = list(kinds)
-    envelope = RunEnvelope(run="robustness", config={
-        **RunEnvelope.data_config(path), "server": client.base_url, "corpus": corpus,
-        "scorer": scorer, "model": model, "nll_model": nll_model,
-        "mode": mode if scorer == "contradiction" else None, "n": n, "seed": seed,
-        "kinds": kinds, "chunk_size": chunk_size, "plot": plot})
+    envelope = RunEnvelope.start(
+        "robustness", path, client.base_url, corpus=corpus, scorer=scorer, model=model,
+        nll_model=nll_model, mode=mode if scorer == "contradiction" else None, n=n, seed=seed,
+        kinds=kinds, chunk_size=chunk_size, plot=plot)
     corpus_kind, items = read_response_items(path, n=n, seed=seed, corpus=corpus)
     if not items:
         raise ValueError(f"{path}: no responses to perturb (MuTual needs gold answers; DECODE "
