@@ -25,10 +25,15 @@ Behaviour:
 * **Concurrency**: at most ``max_concurrency`` requests of one client are in flight at once
   (an ``asyncio.Semaphore`` in the async client, a thread semaphore in the sync one); a request
   waiting out its backoff does not hold a slot.
+* **Limits**: :meth:`DialscoreClient.limits` reads the deployment's published request limits
+  once from ``GET /openapi.json`` (``info["x-limits"]``) and caches them; a deployment that
+  publishes none gives None.
 * **Large jobs**: :meth:`DialscoreClient.nll_many` splits items into requests of at most
-  ``chunk_size`` items and ``max_chunk_bytes`` of JSON, sends them concurrently and returns the
-  results in the order of the items. A chunk refused as too large (413 without a per-item
-  ``param``) is split in two and re-sent.
+  ``chunk_size`` items and ``max_chunk_bytes`` of JSON (both capped at the published
+  ``max_items`` and ``max_body_bytes`` once :meth:`~DialscoreClient.limits` has read them),
+  sends them concurrently and returns the results in the order of the items. A chunk refused as
+  too large as a whole (413 whose ``param`` is ``items``, ``body`` or absent) is split in two
+  and re-sent (:mod:`dialscore.batching`).
 * **Auth**: ``token=`` or the ``DIALSCORE_TOKEN`` environment variable adds
   ``Authorization: Bearer <token>``. The URL defaults to ``DIALSCORE_URL`` or
   ``http://127.0.0.1:8000``.
@@ -44,7 +49,6 @@ import json
 import logging
 import os
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -55,6 +59,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from dialscore.batching import cap, send_halving, shift_param, splittable
 from dialscore.errors import (
     APIConnectionError,
     APIStatusError,
@@ -71,6 +76,7 @@ from dialscore.types import (
     NLLItem,
     NLLResponse,
     NLLResult,
+    PublishedLimits,
     RerankResponse,
     Turn,
 )
@@ -90,6 +96,10 @@ TurnLike = Turn | Mapping[str, Any]
 #: ``on_chunk(offset, results)``: called once per finished chunk, in completion order; ``offset``
 #: is the index of the chunk's first item in the ``items`` given to ``nll_many``.
 ChunkCallback = Callable[[int, list[NLLResult]], None]
+
+#: Bytes of a POST /v1/nll body besides its items (model name, keys, brackets), kept free under
+#: the published max_body_bytes when chunks are planned by their items' JSON size.
+BODY_ENVELOPE_BYTES = 4096
 
 #: Transport failures worth another try: the connection failed, dropped, or timed out.
 RETRYABLE_TRANSPORT_ERRORS: tuple[type[httpx.TransportError], ...] = (
@@ -188,20 +198,6 @@ def plan_chunks(items: Sequence[dict[str, Any]], chunk_size: int,
     return chunks
 
 
-_ITEM_PARAM = re.compile(r"^items\[(\d+)\]")
-
-
-def _shift_param(exc: APIStatusError, offset: int) -> None:
-    """Make ``items[i]...`` in an error of a chunk name the item's index in the whole job."""
-    if exc.param and offset:
-        exc.param = _ITEM_PARAM.sub(lambda m: f"items[{int(m.group(1)) + offset}]", exc.param)
-
-
-def _splittable(exc: PayloadTooLargeError, n: int) -> bool:
-    """A 413 for the request as a whole (too many items or bytes), not for one item's text."""
-    return n > 1 and not _ITEM_PARAM.match(exc.param or "")
-
-
 class _BaseClient:
     """What the sync and async clients share: configuration, request bodies, retry decisions and
     response parsing."""
@@ -222,6 +218,35 @@ class _BaseClient:
         self.retry = retry or RetryPolicy()
         self.max_concurrency = max_concurrency
         self._rng = random.Random()
+        self._published_limits: PublishedLimits | None = None
+        self._limits_fetched = False
+
+    # -- limits --------------------------------------------------------------------------------
+
+    def _limits_from(self, response: httpx.Response, attempt: int) -> PublishedLimits | None:
+        """The limits in a GET /openapi.json response; None when it has none to give (a 4xx,
+        a body that is not JSON, no ``info["x-limits"]`` or one that does not parse). A 5xx
+        raises its error: the server is in trouble, not silent about its limits."""
+        if response.status_code >= 500:
+            raise self._status_error(response, attempt)
+        if not response.is_success:
+            return None
+        try:
+            info = response.json().get("info") or {}
+            return PublishedLimits.model_validate(info["x-limits"])
+        except (ValueError, AttributeError, KeyError, TypeError, ValidationError) as exc:
+            log.info("GET /openapi.json publishes no usable limits (%s: %s)", type(exc).__name__, exc)
+            return None
+
+    def _chunk_bounds(self, chunk_size: int, max_chunk_bytes: int | None) -> tuple[int, int | None]:
+        """`chunk_size` and `max_chunk_bytes` capped at the limits :meth:`limits` has read."""
+        limits = self._published_limits
+        if limits is None:
+            return chunk_size, max_chunk_bytes
+        if limits.max_body_bytes is not None:
+            room = max(1, limits.max_body_bytes - BODY_ENVELOPE_BYTES)
+            max_chunk_bytes = cap(max_chunk_bytes, room) if max_chunk_bytes else room
+        return cap(chunk_size, limits.max_items), max_chunk_bytes
 
     # -- request bodies ------------------------------------------------------------------------
 
@@ -349,6 +374,7 @@ class DialscoreClient(_BaseClient):
         super().__init__(base_url, token=token, timeout=timeout, retry=retry,
                          max_concurrency=max_concurrency, headers=headers)
         self._limit = threading.BoundedSemaphore(max_concurrency)
+        self._limits_fetch_lock = threading.Lock()
         self._http = httpx.Client(
             base_url=self.base_url, headers=self.headers, timeout=timeout, transport=transport,
             limits=httpx.Limits(max_connections=max(max_concurrency, 10)))
@@ -367,7 +393,8 @@ class DialscoreClient(_BaseClient):
 
     # -- sending -------------------------------------------------------------------------------
 
-    def _request(self, method: str, path: str, cls: type[R], json: Any = None) -> R:
+    def _send(self, method: str, path: str, json: Any = None) -> tuple[httpx.Response, int]:
+        """Send with retries; the last response and the number of attempts it took."""
         request = self._http.build_request(method, path, json=json)
         attempt = 0
         while True:
@@ -383,15 +410,30 @@ class DialscoreClient(_BaseClient):
                 continue
             delay = self._delay_after_response(response, attempt)
             if delay is None:
-                return self._parse(response, cls, attempt)
+                return response, attempt
             response.close()
             self._sleep(delay)
+
+    def _request(self, method: str, path: str, cls: type[R], json: Any = None) -> R:
+        response, attempt = self._send(method, path, json)
+        return self._parse(response, cls, attempt)
 
     # -- endpoints -----------------------------------------------------------------------------
 
     def models(self) -> list[ModelCard]:
         """``GET /v1/models``: the served models, their provenance and dialogue formats."""
         return self._request("GET", "/v1/models", ModelList).models
+
+    def limits(self) -> PublishedLimits | None:
+        """The deployment's request limits from ``GET /openapi.json`` (``info["x-limits"]``),
+        read on the first call and cached for the client's life; None when it publishes none
+        (see :class:`~dialscore.types.PublishedLimits`). Once read, :meth:`nll_many` keeps its
+        chunks within them."""
+        with self._limits_fetch_lock:
+            if not self._limits_fetched:
+                self._published_limits = self._limits_from(*self._send("GET", "/openapi.json"))
+                self._limits_fetched = True
+            return self._published_limits
 
     def nll(self, model: str, items: Sequence[ItemLike], *, return_tokens: bool = False,
             extra_body: Mapping[str, Any] | None = None) -> NLLResponse:
@@ -409,14 +451,14 @@ class DialscoreClient(_BaseClient):
         cancelled and the error is raised, its ``param`` naming the item's index in ``items``.
         """
         payloads = [_item_json(i) for i in items]
-        chunks = plan_chunks(payloads, chunk_size, max_chunk_bytes)
+        chunks = plan_chunks(payloads, *self._chunk_bounds(chunk_size, max_chunk_bytes))
         results: list[NLLResult | None] = [None] * len(payloads)
 
         def run(offset: int, chunk: list[dict[str, Any]]) -> tuple[int, list[NLLResult]]:
             try:
                 return offset, self._nll_chunk(model, chunk, return_tokens)
             except APIStatusError as exc:
-                _shift_param(exc, offset)
+                shift_param(exc, offset, "items")
                 raise
 
         def take(offset: int, res: list[NLLResult]) -> None:
@@ -441,18 +483,20 @@ class DialscoreClient(_BaseClient):
         return results  # type: ignore[return-value]
 
     def _nll_chunk(self, model: str, chunk: list[dict[str, Any]], return_tokens: bool) -> list[NLLResult]:
+        """One chunk's results; halved and re-sent on a 413 for it as a whole (the sync twin of
+        :func:`dialscore.batching.send_halving`)."""
         try:
             return self.nll(model, chunk, return_tokens=return_tokens).results
         except PayloadTooLargeError as exc:
-            if not _splittable(exc, len(chunk)):
+            if not splittable(exc, len(chunk), "items"):
                 raise
             mid = len(chunk) // 2
-            log.warning("chunk of %d items refused as too large; splitting in two", len(chunk))
+            log.warning("%d items refused as too large; splitting in two", len(chunk))
             left = self._nll_chunk(model, chunk[:mid], return_tokens)
             try:
                 return left + self._nll_chunk(model, chunk[mid:], return_tokens)
             except APIStatusError as inner:
-                _shift_param(inner, mid)
+                shift_param(inner, mid, "items")
                 raise
 
     def contradiction(self, dialogues: Sequence[Mapping[str, Any] | Sequence[TurnLike]], *,
@@ -515,6 +559,7 @@ class AsyncDialscoreClient(_BaseClient):
         super().__init__(base_url, token=token, timeout=timeout, retry=retry,
                          max_concurrency=max_concurrency, headers=headers)
         self._limit = asyncio.Semaphore(max_concurrency)
+        self._limits_fetch_lock = asyncio.Lock()
         self._http = httpx.AsyncClient(
             base_url=self.base_url, headers=self.headers, timeout=timeout, transport=transport,
             limits=httpx.Limits(max_connections=max(max_concurrency, 10)))
@@ -529,7 +574,8 @@ class AsyncDialscoreClient(_BaseClient):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def _request(self, method: str, path: str, cls: type[R], json: Any = None) -> R:
+    async def _send(self, method: str, path: str, json: Any = None) -> tuple[httpx.Response, int]:
+        """Send with retries; the last response and the number of attempts it took."""
         request = self._http.build_request(method, path, json=json)
         attempt = 0
         while True:
@@ -545,13 +591,26 @@ class AsyncDialscoreClient(_BaseClient):
                 continue
             delay = self._delay_after_response(response, attempt)
             if delay is None:
-                return self._parse(response, cls, attempt)
+                return response, attempt
             await response.aclose()
             await self._sleep(delay)
+
+    async def _request(self, method: str, path: str, cls: type[R], json: Any = None) -> R:
+        response, attempt = await self._send(method, path, json)
+        return self._parse(response, cls, attempt)
 
     async def models(self) -> list[ModelCard]:
         """``GET /v1/models``: the served models, their provenance and dialogue formats."""
         return (await self._request("GET", "/v1/models", ModelList)).models
+
+    async def limits(self) -> PublishedLimits | None:
+        """``GET /openapi.json``'s published limits, read once and cached (see
+        :meth:`DialscoreClient.limits`)."""
+        async with self._limits_fetch_lock:
+            if not self._limits_fetched:
+                self._published_limits = self._limits_from(*await self._send("GET", "/openapi.json"))
+                self._limits_fetched = True
+            return self._published_limits
 
     async def nll(self, model: str, items: Sequence[ItemLike], *, return_tokens: bool = False,
                   extra_body: Mapping[str, Any] | None = None) -> NLLResponse:
@@ -566,14 +625,17 @@ class AsyncDialscoreClient(_BaseClient):
         """As :meth:`DialscoreClient.nll_many`: chunks run as concurrent tasks (bounded by the
         semaphore); on an error the other tasks are cancelled and the error is raised."""
         payloads = [_item_json(i) for i in items]
-        chunks = plan_chunks(payloads, chunk_size, max_chunk_bytes)
+        chunks = plan_chunks(payloads, *self._chunk_bounds(chunk_size, max_chunk_bytes))
         results: list[NLLResult | None] = [None] * len(payloads)
+
+        async def send(chunk: list[dict[str, Any]]) -> list[NLLResult]:
+            return (await self.nll(model, chunk, return_tokens=return_tokens)).results
 
         async def run(offset: int, chunk: list[dict[str, Any]]) -> tuple[int, list[NLLResult]]:
             try:
-                return offset, await self._nll_chunk(model, chunk, return_tokens)
+                return offset, await send_halving(send, chunk, "items")
             except APIStatusError as exc:
-                _shift_param(exc, offset)
+                shift_param(exc, offset, "items")
                 raise
 
         tasks = [asyncio.ensure_future(run(offset, chunk)) for offset, chunk in chunks]
@@ -588,22 +650,6 @@ class AsyncDialscoreClient(_BaseClient):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return results  # type: ignore[return-value]
-
-    async def _nll_chunk(self, model: str, chunk: list[dict[str, Any]],
-                         return_tokens: bool) -> list[NLLResult]:
-        try:
-            return (await self.nll(model, chunk, return_tokens=return_tokens)).results
-        except PayloadTooLargeError as exc:
-            if not _splittable(exc, len(chunk)):
-                raise
-            mid = len(chunk) // 2
-            log.warning("chunk of %d items refused as too large; splitting in two", len(chunk))
-            left = await self._nll_chunk(model, chunk[:mid], return_tokens)
-            try:
-                return left + await self._nll_chunk(model, chunk[mid:], return_tokens)
-            except APIStatusError as inner:
-                _shift_param(inner, mid)
-                raise
 
     async def contradiction(self, dialogues: Sequence[Mapping[str, Any] | Sequence[TurnLike]], *,
                             model: str | None = None, mode: str | None = None,

@@ -30,7 +30,10 @@ shape (e.g. an HTML page from a proxy): 502 and 504 then become a plain :class:`
 
 from __future__ import annotations
 
-import httpx
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: the command line imports these classes without httpx
+    import httpx
 
 
 class DialscoreError(Exception):

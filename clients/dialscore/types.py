@@ -73,10 +73,16 @@ class NLLResponse(_Result):
     usage: Usage | None = None
 
 
-# ---------------------------------------------------------------------------- contradiction
+# ---------------------------------------------------------------------------- turns
 
 class Turn(BaseModel):
-    """A dialogue turn for /v1/contradiction and /v1/rerank (request side)."""
+    """One dialogue turn: who said what. The request side of /v1/contradiction and /v1/rerank, and
+    the turn the MuTual and DECODE readers build.
+
+    ``id`` names the turn inside its dialogue (evidence refers to earlier turns by it); never rely
+    on its parity to tell speakers apart. The DECODE reader keeps the file's ``turn_id``s, the
+    MuTual reader numbers turns 0, 1, 2, ...; ``None`` lets the service number them by position.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -85,11 +91,14 @@ class Turn(BaseModel):
     id: str | int | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The service's turn object: ``{"speaker", "text"}``, with ``"id"`` when it is set."""
         out: dict[str, Any] = {"speaker": self.speaker, "text": self.text}
         if self.id is not None:
             out["id"] = self.id
         return out
 
+
+# ---------------------------------------------------------------------------- contradiction
 
 class Evidence(_Result):
     turn: str | int = Field(description="The id of an earlier turn that the last one contradicts.")
@@ -130,6 +139,26 @@ class RerankResponse(_Result):
     speaker: str | int | None = Field(None, description="Who the candidates were attributed to.")
     mode: str | None = None
     results: list[RerankResult] = Field(description="Best first.")
+
+
+# ---------------------------------------------------------------------------- limits
+
+class PublishedLimits(_Result):
+    """The request limits a deployment publishes in ``GET /openapi.json`` (``info["x-limits"]``).
+
+    Each is the most one request may carry; the service answers a request over one with 413
+    ``payload_too_large`` naming the field. A limit the deployment does not publish is None.
+    """
+
+    max_items: int | None = Field(None, ge=1, description="Most items in one POST /v1/nll.")
+    max_turns: int | None = Field(None, ge=1, description="Most turns in one context or dialogue.")
+    max_text_chars: int | None = Field(
+        None, ge=1, description="Longest single text (turn, target...), in characters.")
+    max_dialogues: int | None = Field(
+        None, ge=1, description="Most dialogues in one POST /v1/contradiction.")
+    max_candidates: int | None = Field(
+        None, ge=1, description="Most candidates in one rerank request.")
+    max_body_bytes: int | None = Field(None, ge=1, description="Largest request body, in bytes.")
 
 
 # ---------------------------------------------------------------------------- health

@@ -10,10 +10,11 @@ import pytest
 
 from dialscore.evals.decode import (DecodeDialogue, Prediction, average_ranks, decode_metrics, prf,
                                   roc_auc)
-from dialscore.evals.dialogue import Turn
+from dialscore.types import Turn
 from dialscore.evals.mutual import (Ranking, evaluate_mutual, format_ranked, mutual_metrics,
                                   rank_options, write_ranked)
-from dialscore.evals.report import format_table, write_csv, write_json, write_jsonl
+from dialscore.reporting.rows import write_csv, write_json, write_jsonl
+from dialscore.reporting.tables import format_table
 
 # --- MuTual ranking --------------------------------------------------------------------------
 

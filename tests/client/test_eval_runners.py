@@ -13,7 +13,9 @@ import pytest
 from dialscore.client import AsyncDialscoreClient
 from dialscore.evals.decode import Prediction, decode_metrics, read_decode
 from dialscore.evals.robustness import KINDS, variant_stats
-from dialscore.evals.runners import arun_decode, arun_mutual, arun_robustness, run_mutual
+from dialscore.evals.runners.decode import arun_decode
+from dialscore.evals.runners.mutual import arun_mutual, run_mutual
+from dialscore.evals.runners.robustness import arun_robustness
 
 MODELS = [
     {"name": "fake-gpt", "family": "causal", "source": "fake/gpt", "revision": "abc123",
@@ -26,7 +28,8 @@ MODELS = [
 class FakeService:
     """/v1/models, /v1/nll (nll = `nll(context, target)`), /v1/contradiction (probability =
     `prob(last text)`, evidence = earlier same-speaker turns when structured and above the evidence
-    threshold), /v1/rerank (score = -prob(candidate)). Records every body."""
+    threshold), /v1/rerank (score = -prob(candidate)); any other GET is a 404 (no published
+    limits). Records every body."""
 
     def __init__(self, nll=lambda context, target: float(len(target.split())),
                  prob=lambda text: 0.9 if "never" in text else 0.1):
@@ -41,6 +44,8 @@ class FakeService:
         path = request.url.path
         if path == "/v1/models":
             return httpx.Response(200, json={"models": MODELS})
+        if request.method == "GET":  # GET /openapi.json: this fake publishes no limits
+            return httpx.Response(404, json={"error": {"type": "not_found", "message": path}})
         body = json.loads(request.content)
         with self.lock:
             self.bodies[path].append(body)

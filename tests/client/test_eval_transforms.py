@@ -9,7 +9,7 @@ import pytest
 
 from dialscore.evals.decode import (DecodeDialogue, NotApplicable, a2t, a2t_set, read_decode, rct,
                                   rct_removed_ids, rct_set, write_decode)
-from dialscore.evals.dialogue import Turn
+from dialscore.types import Turn
 
 
 def _dialogue(ident, texts, contradiction=False, evidence=(), speakers=None):

@@ -21,7 +21,9 @@ from dialscore.client import DialscoreClient
 from dialscore.evals.decode import read_decode
 from dialscore.evals.mutual import read_mutual, split_speaker
 from dialscore.evals.robustness import KINDS
-from dialscore.evals.runners import run_decode, run_mutual, run_robustness
+from dialscore.evals.runners.decode import run_decode
+from dialscore.evals.runners.mutual import run_mutual
+from dialscore.evals.runners.robustness import run_robustness
 from shared_data import shared_file
 
 pytestmark = pytest.mark.serve
@@ -101,7 +103,7 @@ def test_mutual_dev_rerank_scorer(client, tmp_path):
     # Scores are the reranker's, with the options said by their own speaker.
     inst = instances[3]
     speaker = split_speaker(inst.options[0])[0]
-    direct = client.rerank([t.to_wire() for t in inst.context],
+    direct = client.rerank([t.to_json() for t in inst.context],
                            [split_speaker(o)[1] for o in inst.options],
                            extra_body={"speaker": speaker})
     by_index = {r.index: r.score for r in direct.results}

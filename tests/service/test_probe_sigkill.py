@@ -157,7 +157,7 @@ def test_report_files_are_replaced_whole_or_not_at_all(served, tmp_path, monkeyp
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != SCORES_FILE}
     assert set(before) >= set(REPORT_FILES) | {"corruptions.png", "models.png"}
 
-    import dialscore.probes.report as report_module
+    import dialscore.reporting.atomic as report_module
 
     def crash(src, dst):
         raise OSError("simulated crash before the rename")

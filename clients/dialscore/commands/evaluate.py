@@ -9,8 +9,10 @@
         --model dialogpt-medium --n 200 --seed 0 --out runs/eval
 
 Each writes its table to the terminal and CSV / JSON rows, a JSON report (with the served
-models' provenance) and, for the robustness battery, a PNG into --out; see
-clients/dialscore/evals/runners.py for the files. Exit status: 0 done, 1 service or data error.
+models' provenance) and, for the robustness battery, a PNG (with matplotlib, the `reports` extra)
+into --out; the battery's POS, entity and synonym variants need the `evals` extra; see
+clients/dialscore/evals/runners/__init__.py for the files. Exit status: 0 done, 1 service or data
+error.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import sys
 from dialscore.commands import service_args
 from dialscore.commands.service_args import add_server_args, comma_list
 from dialscore.evals.robustness import KINDS
-from dialscore.evals.runners import (
-    DECODE_CHUNK, DECODE_MODES, DIAGNOSTICS, MUTUAL_SCORERS, ROBUSTNESS_SCORERS,
-)
+from dialscore.evals.runners.decode import DECODE_MODES, DIAGNOSTICS
+from dialscore.evals.runners.mutual import MUTUAL_SCORERS
+from dialscore.evals.runners.robustness import ROBUSTNESS_SCORERS
+from dialscore.evals.scorers import DIALOGUE_CHUNK
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -49,7 +52,8 @@ def register(sub) -> None:
     m.add_argument("--nll-model", default=None,
                    help="rerank only: also weigh in this dialogue model's NLL")
     m.add_argument("--limit", type=int, default=None, help="evaluate the first N instances only")
-    m.add_argument("--chunk-size", type=int, default=64, help="NLL items per request (default 64)")
+    m.add_argument("--chunk-size", type=int, default=64,
+                   help="NLL items per request (default 64; lowered to the service's max_items)")
     m.set_defaults(func=_mutual)
 
     d = evals.add_parser("decode", help="DECODE contradiction detection, A2T and RCT diagnostics")
@@ -64,8 +68,9 @@ def register(sub) -> None:
     d.add_argument("--seed", type=int, default=0, help="seed of the A2T donor draw")
     d.add_argument("--model", default=None, help="the classifier (default: the service's detector)")
     d.add_argument("--limit", type=int, default=None, help="evaluate the first N dialogues only")
-    d.add_argument("--chunk-size", type=int, default=DECODE_CHUNK,
-                   help=f"dialogues per request (default {DECODE_CHUNK}, at most 1024)")
+    d.add_argument("--chunk-size", type=int, default=DIALOGUE_CHUNK,
+                   help=f"dialogues per request (default {DIALOGUE_CHUNK}; lowered to the "
+                        "service's published max_dialogues)")
     d.set_defaults(func=_decode)
 
     r = evals.add_parser("robustness", help="ADEM-style perturbation battery for any scorer")
@@ -85,13 +90,15 @@ def register(sub) -> None:
                    help="the data's format (default: detected)")
     r.add_argument("--mode", choices=DECODE_MODES, default="structured",
                    help="contradiction scorer's detector mode (default structured)")
-    r.add_argument("--chunk-size", type=int, default=64, help="NLL items per request (default 64)")
+    r.add_argument("--chunk-size", type=int, default=64,
+                   help="NLL items per request (default 64; lowered to the service's max_items)")
     r.add_argument("--no-plot", action="store_true", help="skip the PNG")
     r.set_defaults(func=_robustness)
 
 
 def _run(args: argparse.Namespace, make) -> int:
     from dialscore.errors import DialscoreError
+    from dialscore.extras import MissingExtra
 
     async def main() -> None:
         async with service_args.async_client_from_args(args) as client:
@@ -99,6 +106,9 @@ def _run(args: argparse.Namespace, make) -> int:
 
     try:
         asyncio.run(main())
+    except MissingExtra as exc:
+        print(f"dialscore eval {args.evaluation}: {exc}", file=sys.stderr)
+        return 1
     except (DialscoreError, ValueError, OSError) as exc:
         print(f"dialscore eval {args.evaluation}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -106,7 +116,7 @@ def _run(args: argparse.Namespace, make) -> int:
 
 
 def _mutual(args: argparse.Namespace) -> int:
-    from dialscore.evals.runners import arun_mutual
+    from dialscore.evals.runners.mutual import arun_mutual
 
     return _run(args, lambda client: arun_mutual(
         client, args.data, args.scorer, args.model, args.out, nll_model=args.nll_model,
@@ -114,7 +124,7 @@ def _mutual(args: argparse.Namespace) -> int:
 
 
 def _decode(args: argparse.Namespace) -> int:
-    from dialscore.evals.runners import arun_decode
+    from dialscore.evals.runners.decode import arun_decode
 
     return _run(args, lambda client: arun_decode(
         client, args.data, args.out, modes=args.modes, threshold=args.threshold,
@@ -124,7 +134,7 @@ def _decode(args: argparse.Namespace) -> int:
 
 
 def _robustness(args: argparse.Namespace) -> int:
-    from dialscore.evals.runners import arun_robustness
+    from dialscore.evals.runners.robustness import arun_robustness
 
     return _run(args, lambda client: arun_robustness(
         client, args.data, args.scorer, args.model, args.n, args.seed, args.out,

@@ -19,7 +19,7 @@ def register(sub) -> None:
 def _models(args: argparse.Namespace) -> int:
     from dialscore.commands import service_args
     from dialscore.errors import DialscoreError
-    from dialscore.probes.report import render_table
+    from dialscore.reporting.tables import render_grid
 
     try:
         with service_args.client_from_args(args) as client:
@@ -38,7 +38,7 @@ def _models(args: argparse.Namespace) -> int:
                      str(m.dtype), str(m.device), str(m.max_length),
                      fmt.knowledge_position if fmt else "(not reported)",
                      repr(fmt.why_turn) if fmt else "(not reported)"])
-    print(render_table(rows, header_rows=1))
+    print(render_grid(rows, header_rows=1))
     if any(m.stand_in for m in models):
         print("\nstand-in = random weights: scores show the pipeline working, not a model's judgement.")
     return 0

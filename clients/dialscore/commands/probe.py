@@ -17,7 +17,6 @@ from dialscore.commands.service_args import add_server_args, comma_list
 from dialscore.probes.corruptions import CORRUPTIONS
 
 
-
 def register(sub) -> None:
     p = sub.add_parser("probe", help="run the CEDAR inference/attribution probes against a service",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -42,8 +41,9 @@ def register(sub) -> None:
 
 def _probe(args: argparse.Namespace) -> int:
     from dialscore.errors import DialscoreError
-    from dialscore.probes.data import ProbeDataError
+    from dialscore.extras import MissingExtra
     from dialscore.probes import SAMPLE_DATA
+    from dialscore.probes.data import ProbeDataError
     from dialscore.probes.run import run_probes
 
     try:
@@ -55,6 +55,9 @@ def _probe(args: argparse.Namespace) -> int:
     except ProbeDataError as exc:
         print(f"dialscore probe: bad probe data\n{exc}", file=sys.stderr)
         return 2
+    except MissingExtra as exc:
+        print(f"dialscore probe: {exc}", file=sys.stderr)
+        return 1
     except (DialscoreError, ValueError, OSError) as exc:
         print(f"dialscore probe: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

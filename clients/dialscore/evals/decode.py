@@ -46,8 +46,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dialscore.evals.dialogue import Turn
-from dialscore.evals.report import atomic_write_text
+from dialscore.types import Turn
+from dialscore.reporting.rows import write_jsonl
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class DecodeDialogue:
 
     def to_request(self) -> dict[str, Any]:
         """The body a runner sends to the contradiction service for this dialogue."""
-        return {"turns": [t.to_wire() for t in self.turns]}
+        return {"turns": [t.to_json() for t in self.turns]}
 
 
 def _check(d: DecodeDialogue, where: str) -> DecodeDialogue:
@@ -152,8 +152,9 @@ def read_decode(path: str | Path,
     return out
 
 
-def _agent(speaker: str) -> int | str:
-    return int(speaker) if speaker.isdigit() else speaker
+def _agent(speaker: str | int) -> int | str:
+    """DECODE's `agent_id`: the reader keeps speakers as text; digits go back to numbers."""
+    return int(speaker) if isinstance(speaker, str) and speaker.isdigit() else speaker
 
 
 def to_record(d: DecodeDialogue) -> dict[str, Any]:
@@ -175,8 +176,7 @@ def to_record(d: DecodeDialogue) -> dict[str, Any]:
 
 def write_decode(path: str | Path, dialogues: Sequence[DecodeDialogue]) -> Path:
     """Write dialogues (e.g. an A2T or RCT set) as DECODE JSON Lines, atomically."""
-    lines = [json.dumps(to_record(d), ensure_ascii=False) for d in dialogues]
-    return atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return write_jsonl(path, (to_record(d) for d in dialogues))
 
 
 # --- predictions and metrics ------------------------------------------------------------------
@@ -282,6 +282,23 @@ class DecodeMetrics:
 
 
 NO_GROUP = "(none)"
+
+_METRIC_ORDER = ("n", "n_gold_contradiction", "n_predicted_contradiction", "accuracy",
+                 "strict_accuracy", "evidence_precision", "evidence_recall", "evidence_f1",
+                 "precision", "recall", "f1", "roc_auc", "fire_rate")
+
+
+def side_by_side(metrics: Mapping[str, Mapping[str, DecodeMetrics]]) -> list[dict[str, Any]]:
+    """Table rows of `metrics[set][mode]`: one row per metric (the fixed ones first, then the
+    per-group fire rates), one column per "set/mode", so the modes stand side by side."""
+    columns = [(s, m) for s, by_mode in metrics.items() for m in by_mode]
+    names = list(_METRIC_ORDER)
+    for s, m in columns:
+        for key in metrics[s][m].as_row():
+            if key not in names:
+                names.append(key)
+    return [{"metric": name, **{f"{s}/{m}": metrics[s][m].as_row().get(name) for s, m in columns}}
+            for name in names]
 
 
 def decode_metrics(gold: Sequence[DecodeDialogue], predictions: Sequence[Prediction],

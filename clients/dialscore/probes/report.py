@@ -15,33 +15,34 @@ Groups: model x setting x dataset x category, and model x setting x dataset x co
 also with ``dataset == "all"`` (every dataset pooled). A category group has
 ``corruption == "all"``.
 
-Files (:func:`write_outputs`): ``pairs.csv`` and ``pairs.jsonl`` (one row per scored pair, so any
-figure can be recomputed), ``summary.csv`` (one row per group), ``report.json`` (groups, model
-provenance, format choices, skips, run configuration), ``tables.txt`` (the terminal tables), and
+Files (:func:`write_outputs`, each through the atomic writer of :mod:`dialscore.reporting`):
+``pairs.csv`` and ``pairs.jsonl`` (one row per scored pair, so any figure can be recomputed),
+``summary.csv`` (one row per group), ``tables.txt`` (the terminal tables), ``report.json`` (the
+run envelope of :mod:`dialscore.reporting.envelope`, whose models carry their format choices,
+then the skips, groups and the metrics' definitions), and, when matplotlib is installed,
 ``corruptions.png`` (per-corruption breakdown, like the paper's Figure 7) and ``models.png``
 (model comparison per dataset and category, like Figures 5/6).
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import math
-import os
-import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from dialscore.probes.corruptions import CATEGORY, CORRUPTIONS
+from dialscore.reporting.atomic import remove_stale_temporaries
+from dialscore.reporting.envelope import Echo, RunEnvelope, write_run_report
+from dialscore.reporting.plots import NO_PLOTS_NOTE, new_figure, plots_available, save_png
+from dialscore.reporting.rows import write_csv, write_jsonl
+from dialscore.reporting.tables import render_grid
 
-__all__ = ["PAPER_DATASETS", "GroupMetrics", "Report", "ScoredPair", "accuracy", "bootstrap_ci", "render_table",
+__all__ = ["PAPER_DATASETS", "GroupMetrics", "Report", "ScoredPair", "accuracy", "bootstrap_ci",
            "format_tables", "mean_delta", "plot_corruptions", "plot_models", "summarize",
            "write_outputs"]
 
@@ -107,10 +108,13 @@ def bootstrap_ci(outcomes: Sequence[bool], seed: int, n_boot: int = 1000,
     """Percentile bootstrap interval of the mean of 0/1 outcomes; None for no outcomes.
 
     Resampling n outcomes with replacement and counting successes is a Binomial(n, k/n) draw, so
-    that is what is drawn (the same distribution, without materialising the resamples)."""
+    that is what is drawn (the same distribution, without materialising the resamples). Needs
+    numpy (the `reports` extra)."""
     n = len(outcomes)
     if n == 0:
         return None
+    import numpy as np
+
     k = sum(bool(o) for o in outcomes)
     rng = np.random.Generator(np.random.PCG64(seed))
     means = rng.binomial(n, k / n, size=n_boot) / n
@@ -179,22 +183,28 @@ def ordered_datasets(names: Iterable[str]) -> list[str]:
 
 # ----------------------------------------------------------------------------------- Report
 
-@dataclass
-class Report:
-    """The outcome of a probe run: the scored pairs, their metrics, and what produced them.
+@dataclass(kw_only=True)
+class Report(RunEnvelope):
+    """The outcome of a probe run: its envelope (configuration, models, timings, files), the
+    scored pairs, their metrics, and the skips.
 
     ``models`` maps each model name to its provenance as the server reported it (source,
-    revision, stand_in, ...) plus the format choices used (``explanation_placement``,
-    ``why_turn``). ``skipped`` lists the corruptions that could not be made, with counts.
+    revision, stand_in, ...) plus ``format_choices``, the format choices used
+    (``explanation_placement``, ``why_turn``, ``reported_by_server``). ``skipped`` lists the
+    corruptions that could not be made, with counts. ``config`` also counts what the run sent
+    and reused (``items``, ``items_reused``, ``items_scored_now``, ...).
     """
 
+    run: str = "probe"
     pairs: list[ScoredPair]
     groups: list[GroupMetrics]
-    models: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped: list[dict[str, Any]] = field(default_factory=list)
-    config: dict[str, Any] = field(default_factory=dict)
     out_dir: Path | None = None
-    files: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of_run(cls, envelope: RunEnvelope, **results: Any) -> Report:
+        """The report of the run that `envelope` opened (its start time and clock kept)."""
+        return cls(**{f.name: getattr(envelope, f.name) for f in fields(RunEnvelope)}, **results)
 
     def metrics(self, model: str, setting: str, *, dataset: str = "all", category: str | None = None,
                 corruption: str = "all") -> GroupMetrics:
@@ -214,9 +224,9 @@ class Report:
         """The terminal tables (paper Table 1/2 layout, then per corruption)."""
         return format_tables(self.groups, self.models, self.skipped)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"config": self.config, "models": self.models, "skipped": self.skipped,
-                "groups": [g.to_dict() for g in self.groups], "files": self.files,
+    def results(self) -> dict[str, Any]:
+        """What report.json holds after the envelope: skips, groups, the metrics' definitions."""
+        return {"skipped": self.skipped, "groups": [g.to_dict() for g in self.groups],
                 "metrics": {"accuracy": "share of pairs with NLL(valid) < NLL(corrupted); ties are misses",
                             "mean_delta": "mean of NLL(corrupted) - NLL(valid)",
                             "ci": "95% percentile bootstrap of the accuracy",
@@ -229,18 +239,6 @@ def _cell(g: GroupMetrics | None) -> str:
     if g is None or g.accuracy is None:
         return "-"
     return f"{g.accuracy:.2f} / {g.mean_delta:+.2f}"
-
-
-def render_table(rows: list[list[str]], header_rows: int, right: set[int] = frozenset()) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for n, row in enumerate(rows):
-        cells = [c.rjust(w) if (i in right and n >= header_rows) else c.ljust(w)
-                 for i, (c, w) in enumerate(zip(row, widths))]
-        lines.append("  ".join(cells).rstrip())
-        if n == header_rows - 1:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def _format_note(models: Mapping[str, Mapping[str, Any]], setting: str) -> str:
@@ -290,7 +288,7 @@ def format_tables(groups: Sequence[GroupMetrics], models: Mapping[str, Mapping[s
                 for cat in CATEGORIES:
                     row.append(_cell(index.get((name, setting, ds, cat, "all"))))
             body.append(row)
-        out.append(render_table([top, sub] + body + [counts], header_rows=2))
+        out.append(render_grid([top, sub] + body + [counts], header_rows=2))
         out.append("")
         out.append(f"{SETTING_TITLES.get(setting, setting)} -- per corruption, all datasets")
         rows = [["model", "corruption", "category", "n", "accuracy", "95% CI", "mean ΔNLL", "ties"]]
@@ -301,7 +299,7 @@ def format_tables(groups: Sequence[GroupMetrics], models: Mapping[str, Mapping[s
                     continue
                 rows.append([name, c, g.category, str(g.n), f"{g.accuracy:.3f}",
                              f"[{g.ci_low:.2f}, {g.ci_high:.2f}]", f"{g.mean_delta:+.3f}", str(g.ties)])
-        out.append(render_table(rows, header_rows=1, right={3, 4, 6, 7}))
+        out.append(render_grid(rows, header_rows=1, right={3, 4, 6, 7}))
         out.append("")
     if skipped:
         out.append("Skipped corruptions (no material; not scored): " + "; ".join(
@@ -311,89 +309,34 @@ def format_tables(groups: Sequence[GroupMetrics], models: Mapping[str, Mapping[s
 
 # ----------------------------------------------------------------------------------- files
 
-_replace = os.replace  # the one step that publishes a file (tests simulate a crash before it)
+PLOT_FILES = {"corruptions_png": "corruptions.png", "models_png": "models.png"}
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write a file so that readers see the old content or the new, never a mix: a temporary
-    file beside it (``.NAME.*.tmp``), fsynced, renamed over it, and the folder fsynced. A process
-    killed midway leaves at most the temporary file, which the next :func:`write_outputs` removes."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; reports are meant to be shared
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        _replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:  # the rename itself survives a power cut only once the folder is synced
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """:func:`atomic_write_bytes` of UTF-8 text (newlines written as given)."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def _save_figure(fig, path: str | Path) -> None:
-    buf = io.BytesIO()
-    fig.savefig(buf, dpi=110, format=Path(path).suffix.lstrip(".") or "png")
-    atomic_write_bytes(path, buf.getvalue())
-
-
-def remove_stale_temporaries(out_dir: str | Path, names: Iterable[str]) -> list[Path]:
-    """Delete the ``.NAME.*.tmp`` files an earlier, killed run left behind for `names`."""
-    removed = []
-    for name in names:
-        for tmp in Path(out_dir).glob(f".{name}.*.tmp"):
-            tmp.unlink(missing_ok=True)
-            removed.append(tmp)
-    return removed
-
-
-def _csv(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n", extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    return buf.getvalue()
-
-
-def write_outputs(report: Report, out_dir: str | Path, *, plots: bool = True) -> dict[str, str]:
-    """Write the report's files into ``out_dir``; returns ``{kind: path}``."""
+def write_outputs(report: Report, out_dir: str | Path, *, plots: bool = True,
+                  echo: Echo = None) -> dict[str, str]:
+    """Write the report's files into ``out_dir`` (see the module docstring), report.json last,
+    and echo the tables; returns ``{kind: path}``. Temporary files that a killed earlier write
+    left for any of these names are removed first."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     files = {"pairs_csv": out / "pairs.csv", "pairs_jsonl": out / "pairs.jsonl",
-             "summary_csv": out / "summary.csv", "report_json": out / "report.json",
-             "tables": out / "tables.txt"}
-    remove_stale_temporaries(out, [p.name for p in files.values()] + ["corruptions.png", "models.png"])
+             "summary_csv": out / "summary.csv"}
+    tables, report_json = out / "tables.txt", out / "report.json"
+    remove_stale_temporaries(out, [p.name for p in [*files.values(), tables, report_json]]
+                             + list(PLOT_FILES.values()))
     pair_rows = [p.to_dict() for p in report.pairs]
-    atomic_write_text(files["pairs_csv"], _csv(pair_rows, PAIR_COLUMNS))
-    atomic_write_text(files["pairs_jsonl"], "".join(
-        json.dumps(r, ensure_ascii=False) + "\n" for r in pair_rows))
-    atomic_write_text(files["summary_csv"], _csv((g.to_dict() for g in report.groups), GROUP_COLUMNS))
-    atomic_write_text(files["tables"], report.table())
+    write_csv(files["pairs_csv"], pair_rows, PAIR_COLUMNS)
+    write_jsonl(files["pairs_jsonl"], pair_rows)
+    write_csv(files["summary_csv"], [g.to_dict() for g in report.groups], GROUP_COLUMNS)
     if plots and report.pairs:
-        files["corruptions_png"] = out / "corruptions.png"
-        files["models_png"] = out / "models.png"
-        plot_corruptions(report.groups, files["corruptions_png"], report.models)
-        plot_models(report.groups, files["models_png"], report.models)
-    report.files = {k: str(v) for k, v in files.items()}
+        if plots_available():
+            files.update({kind: out / name for kind, name in PLOT_FILES.items()})
+            plot_corruptions(report.groups, files["corruptions_png"], report.models)
+            plot_models(report.groups, files["models_png"], report.models)
+        elif echo is not None:
+            echo(NO_PLOTS_NOTE)
     report.out_dir = out
-    atomic_write_text(files["report_json"], json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
+    write_run_report(report, report.results(), table=report.table(), table_path=tables,
+                     report_path=report_json, files=files, echo=echo)
     return report.files
 
 
@@ -404,12 +347,13 @@ def _bars(ax, labels: Sequence[str], series: Mapping[str, Sequence[GroupMetrics 
     """Grouped accuracy bars with 95% CI whiskers and the chance line."""
     n_series = max(1, len(series))
     width = 0.8 / n_series
-    x = np.arange(len(labels))
+    x = range(len(labels))
     for k, (name, gs) in enumerate(series.items()):
         acc = [g.accuracy if g and g.accuracy is not None else math.nan for g in gs]
         lo = [a - g.ci_low if g and g.ci_low is not None else 0.0 for a, g in zip(acc, gs)]
         hi = [g.ci_high - a if g and g.ci_high is not None else 0.0 for a, g in zip(acc, gs)]
-        ax.bar(x - 0.4 + width * (k + 0.5), acc, width, yerr=[lo, hi], capsize=2, label=name)
+        ax.bar([xi - 0.4 + width * (k + 0.5) for xi in x], acc, width, yerr=[lo, hi], capsize=2,
+               label=name)
     ax.axhline(0.5, color="grey", linestyle="--", linewidth=1)
     ax.set_xticks(x)
     ax.set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
@@ -419,9 +363,7 @@ def _bars(ax, labels: Sequence[str], series: Mapping[str, Sequence[GroupMetrics 
 
 
 def _figure(n_rows: int, n_cols: int):
-    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
-
-    fig = Figure(figsize=(4.2 * n_cols + 1, 3.2 * n_rows + 0.6), layout="constrained")
+    fig = new_figure(4.2 * n_cols + 1, 3.2 * n_rows + 0.6)
     axes = fig.subplots(n_rows, n_cols, squeeze=False)
     return fig, axes
 
@@ -443,7 +385,7 @@ def plot_corruptions(groups: Sequence[GroupMetrics], path: str | Path,
                   for n in names}
         _bars(ax, [f"{c}\n({CATEGORY[c]})" for c in CORRUPTIONS], series, f"{setting}: by corruption")
     axes[0][0].legend(fontsize=7)
-    _save_figure(fig, path)
+    save_png(fig, path)
 
 
 def plot_models(groups: Sequence[GroupMetrics], path: str | Path,
@@ -461,5 +403,5 @@ def plot_models(groups: Sequence[GroupMetrics], path: str | Path,
                       for n in names}
             _bars(axes[r][c], datasets, series, f"{setting}, {cat} corruptions")
     axes[0][0].legend(fontsize=7)
-    _save_figure(fig, path)
+    save_png(fig, path)
 

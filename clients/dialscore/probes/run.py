@@ -12,7 +12,8 @@ For a dialogue with history H, response R and a valid explanation E (text
 
 Every pair's two items are built, identical items (same model, setting, context, knowledge and
 target; the valid item is shared by a valid explanation's six corruptions) are scored once, in
-chunks of bounded size sent concurrently by the client, with a progress bar.
+chunks of at most ``chunk_size`` items (lowered to the deployment's published ``max_items``)
+sent concurrently by the client, with a progress bar when tqdm is installed.
 
 **Resume.** Each scored item is appended to ``<out>/scores.jsonl`` as soon as its chunk returns
 (one write per chunk, flushed and fsynced), under a stable id: a SHA-256 of the model's
@@ -28,7 +29,6 @@ returning a :class:`~dialscore.probes.report.Report` whose files are written int
 
 from __future__ import annotations
 
-import datetime as _dt
 import difflib
 import hashlib
 import json
@@ -40,10 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from dialscore.client import AsyncDialscoreClient, DialscoreClient
+from dialscore.extras import REPORTS, require
+from dialscore.model_card import ModelCard
 from dialscore.probes.corruptions import CORRUPTIONS, CorruptedPair, CorruptionSet, corrupt_dialogues
 from dialscore.probes.data import Dialogue, load_dialogues
 from dialscore.probes.report import Report, ScoredPair, summarize, write_outputs
-from dialscore.model_card import ModelCard
+from dialscore.reporting.envelope import Echo, RunEnvelope
+from dialscore.reporting.progress import Bar, NoBar, progress_bar
 from dialscore.types import NLLResult
 
 __all__ = ["SETTINGS", "ProbeItem", "ProbePlan", "ScoreStore", "arun_probes", "plan_probes",
@@ -222,14 +225,6 @@ def _resolve_models(available: Sequence[ModelCard], wanted: Sequence[str] | str 
     return out
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 @dataclass
 class _Run:
     """State shared by the sync and async runners."""
@@ -239,10 +234,14 @@ class _Run:
     plan: ProbePlan
     store: ScoreStore
     scores: dict[str, dict[str, Any]]
-    config: dict[str, Any]
+    envelope: RunEnvelope
     out_dir: Path
     progress: bool
-    bar: Any = None
+    bar: Bar = field(default_factory=NoBar)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.envelope.config
 
     def pending(self, model: str) -> list[ProbeItem]:
         return [i for i in self.plan.items_of(model) if i.id not in self.scores]
@@ -251,10 +250,7 @@ class _Run:
         total = sum(len(self.pending(m.name)) for m in self.models)
         self.config["items_reused"] = len(self.plan.items) - total
         self.config["items_scored_now"] = total
-        if self.progress and total:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, unit="item", desc="scoring", dynamic_ncols=True)
+        self.bar = progress_bar(total, "scoring", self.progress)
 
     def on_chunk(self, pending: list[ProbeItem]) -> Callable[[int, list[NLLResult]], None]:
         def save(offset: int, results: list[NLLResult]) -> None:
@@ -262,14 +258,12 @@ class _Run:
             self.store.append(rows)
             for row in rows:
                 self.scores[row["id"]] = row
-            if self.bar is not None:
-                self.bar.update(len(rows))
+            self.bar.update(len(rows))
         return save
 
     def close_bar(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+        self.bar.close()
+        self.bar = NoBar()
 
 
 def _prepare(data: str | Path | Sequence[Dialogue], available: Sequence[ModelCard],
@@ -278,39 +272,31 @@ def _prepare(data: str | Path | Sequence[Dialogue], available: Sequence[ModelCar
              base_url: str, progress: bool) -> _Run:
     if isinstance(settings, str):
         settings = [s.strip() for s in settings.split(",") if s.strip()]
-    if isinstance(data, (str, Path)):
-        dialogues = load_dialogues(data)
-        data_info = {"data": str(data), "data_sha256": _sha256_file(Path(data))}
-    else:
-        dialogues = list(data)
-        data_info = {"data": "<in memory>", "data_sha256": None}
+    path = data if isinstance(data, (str, Path)) else None
+    dialogues = load_dialogues(path) if path is not None else list(data)
     chosen = _resolve_models(available, models)
     plan = plan_probes(dialogues, chosen, settings, seed, corruptions)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     store = ScoreStore(out / SCORES_FILE)
     scores = store.load()
-    config = {
-        **data_info,
-        "server": base_url,
-        "models": [m.name for m in chosen],
-        "settings": list(settings),
-        "seed": seed,
-        "corruptions": list(corruptions),
-        "chunk_size": chunk_size,
-        "n_boot": n_boot,
-        "n_dialogues": len(dialogues),
-        "dialogues_per_dataset": dict(sorted(Counter(d.dataset for d in dialogues).items())),
-        "pairs": len(plan.pairs),
-        "items": len(plan.items),
-        "items_before_dedup": plan.n_item_refs,
-        "torn_score_lines_ignored": store.torn_lines,
-        "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-    return _Run(dialogues, chosen, plan, store, scores, config, out, progress)
+    envelope = RunEnvelope.start(
+        "probe", path, base_url, models=[m.name for m in chosen], settings=list(settings),
+        seed=seed, corruptions=list(corruptions), chunk_size=chunk_size, n_boot=n_boot,
+        n_dialogues=len(dialogues),
+        dialogues_per_dataset=dict(sorted(Counter(d.dataset for d in dialogues).items())),
+        pairs=len(plan.pairs), items=len(plan.items), items_before_dedup=plan.n_item_refs,
+        torn_score_lines_ignored=store.torn_lines)
+    return _Run(dialogues, chosen, plan, store, scores, envelope, out, progress)
 
 
-def _finish(run: _Run, n_boot: int, plots: bool, echo: Callable[[str], Any] | None) -> Report:
+def _require_reports() -> None:
+    """Stop before any request when numpy is missing: the report's confidence intervals need it
+    (without tqdm the run shows no progress bar; without matplotlib it writes no PNG)."""
+    require(("numpy",), REPORTS, "the probe report's bootstrap confidence intervals")
+
+
+def _finish(run: _Run, n_boot: int, plots: bool, echo: Echo) -> Report:
     run.close_bar()
     pairs: list[ScoredPair] = []
     for pp in run.plan.pairs:
@@ -323,15 +309,13 @@ def _finish(run: _Run, n_boot: int, plots: bool, echo: Callable[[str], Any] | No
             corrupted_text=p.corrupted_text, nll_valid=float(v["nll"]), nll_corrupted=float(c["nll"]),
             truncated=bool(v.get("truncated")) or bool(c.get("truncated"))))
     seed = int(run.config["seed"])
-    run.config["finished_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     run.config["truncated_pairs"] = sum(p.truncated for p in pairs)
-    models = {m.name: {**m.provenance(), "format_choices": format_choices(m)} for m in run.models}
-    report = Report(pairs=pairs, groups=summarize(pairs, seed=seed, n_boot=n_boot), models=models,
-                    skipped=run.plan.corruptions.skipped_rows(), config=run.config)
-    write_outputs(report, run.out_dir, plots=plots)
-    if echo is not None:
-        echo(report.table())
-        echo(f"wrote {', '.join(sorted(Path(p).name for p in report.files.values()))} to {run.out_dir}")
+    run.envelope.models = {m.name: {**m.provenance(), "format_choices": format_choices(m)}
+                           for m in run.models}
+    report = Report.of_run(run.envelope, pairs=pairs,
+                           groups=summarize(pairs, seed=seed, n_boot=n_boot),
+                           skipped=run.plan.corruptions.skipped_rows())
+    write_outputs(report, run.out_dir, plots=plots, echo=echo)
     return report
 
 
@@ -340,19 +324,24 @@ def run_probes(client: DialscoreClient, data_path: str | Path | Sequence[Dialogu
                settings: Sequence[str] | str = SETTINGS, seed: int = 0,
                out_dir: str | Path = "runs/probe", *, chunk_size: int = 64,
                corruptions: Sequence[str] = CORRUPTIONS, n_boot: int = 1000, plots: bool = True,
-               progress: bool = True, echo: Callable[[str], Any] | None = None) -> Report:
+               progress: bool = True, echo: Echo = None) -> Report:
     """Run the CEDAR probes against a served model set and write the report into ``out_dir``.
 
     ``data_path``: a JSON Lines file (:mod:`dialscore.probes.data`) or loaded dialogues.
     ``models``: names (or a comma-separated string); None = every dialogue model the server
     serves. ``settings``: ``inference`` and/or ``attribution``. Items already in
     ``out_dir/scores.jsonl`` are not sent again. ``echo`` (e.g. ``print``) receives the tables.
+
+    Needs numpy (the `reports` extra) for the confidence intervals: without it
+    :class:`~dialscore.extras.MissingExtra` is raised before any request.
     """
     if isinstance(client, AsyncDialscoreClient):
         raise TypeError("run_probes takes a DialscoreClient; use `await arun_probes(...)` with "
                         "an AsyncDialscoreClient")
+    _require_reports()
     run = _prepare(data_path, client.models(), models, settings, seed, out_dir, corruptions,
                    chunk_size, n_boot, client.base_url, progress)
+    client.limits()  # read once: nll_many then keeps its chunks within the published limits
     run.open_bar()
     try:
         for info in run.models:
@@ -371,10 +360,12 @@ async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequ
                       out_dir: str | Path = "runs/probe", *, chunk_size: int = 64,
                       corruptions: Sequence[str] = CORRUPTIONS, n_boot: int = 1000,
                       plots: bool = True, progress: bool = True,
-                      echo: Callable[[str], Any] | None = None) -> Report:
+                      echo: Echo = None) -> Report:
     """:func:`run_probes` with an :class:`AsyncDialscoreClient` (same arguments and outputs)."""
+    _require_reports()
     run = _prepare(data_path, await client.models(), models, settings, seed, out_dir, corruptions,
                    chunk_size, n_boot, client.base_url, progress)
+    await client.limits()  # read once: nll_many then keeps its chunks within them
     run.open_bar()
     try:
         for info in run.models:

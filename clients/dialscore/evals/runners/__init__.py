@@ -1,0 +1,34 @@
+"""The evaluation runners: MuTual, DECODE and the robustness battery, against a running service.
+
+Each runner reads a data file, scores it through the async HTTP client (a
+:class:`~dialscore.evals.scorers.Scorer`, or the contradiction detector for DECODE), computes the
+metrics with the pure functions of :mod:`dialscore.evals` and writes its report into `out_dir`,
+every file atomically (:mod:`dialscore.reporting`). The file names carry the evaluation and a tag
+(the scorer and model), so runs of several scorers can share one folder:
+
+    mutual      mutual-TAG.ranked.txt       the official export: id, then the letters best first
+                mutual-TAG.csv / .json      one row per instance: gold, ranking, gold rank, scores
+    decode      decode.csv / .json          one row per (set, dialogue): gold and each mode's answer
+                decode-metrics.csv / .json  one row per (set, mode): every DECODE metric
+                decode-a2t.jsonl, decode-rct.jsonl   the diagnostic sets generated (when any)
+    robustness  robustness-TAG.csv / .json            one row per (response, variant)
+                robustness-TAG-variants.csv / .json   the statistics of each variant
+                robustness-TAG.png                    mean score per variant (+- 1 SD), share beating
+                                                      the original (when matplotlib is installed)
+    every one   NAME.report.json   the run envelope (:mod:`dialscore.reporting.envelope`:
+                                   configuration, data checksum, the served models' provenance,
+                                   timings, files, client version), then the metrics
+                NAME.txt           the terminal table (also passed to `echo`)
+
+Scores are "higher = better" everywhere (:mod:`dialscore.evals.scorers`): the reranker's score as
+is, NLLs negated, and for the contradiction scorer 1 - P(contradiction).
+
+Modules, one per evaluation, each with its coroutine taking an `AsyncDialscoreClient` and its sync
+twin taking a `DialscoreClient` or a URL:
+
+    mutual      arun_mutual, run_mutual, MUTUAL_SCORERS
+    decode      arun_decode, run_decode, DECODE_MODES, DIAGNOSTICS
+    robustness  arun_robustness, run_robustness, ROBUSTNESS_SCORERS
+    sync        run_sync: a runner coroutine on an async client mirroring a sync one
+    selection   first: the records a runner keeps (`limit`), refusing an empty set
+"""

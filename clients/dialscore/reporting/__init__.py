@@ -1,0 +1,13 @@
+"""The reporting kit that the probe report and every evaluation report share.
+
+    atomic      the one atomic file writer (temporary file beside the target, fsync, rename,
+                fsync of the folder, mode 0644, stale temporaries of a killed run removed)
+    rows        rows as CSV, JSON and JSON Lines (through the atomic writer); values made JSON-able
+    tables      the one plain-text table renderer
+    envelope    the run envelope: configuration, data checksum, served models' provenance,
+                timings, files written and client version, the head of every report.json
+    progress    progress bars when tqdm (the `reports` extra) is installed, silence otherwise
+    plots       PNG figures when matplotlib (the `reports` extra) is installed
+
+Nothing here imports numpy, matplotlib or tqdm at module level.
+"""
