@@ -59,8 +59,13 @@ class AppArgs(_Args):
         256, ge=-1, description="Requests Serve's proxy queues for the gateway beyond those; then the "
         "proxy itself answers 503 with Retry-After 1 (a plain-text body: no gateway code runs). "
         "Bounds latency when the gateway, not a model, is the bottleneck. -1: unbounded.")
-    auth_token_env: str = Field("DIALSCORE_API_TOKEN",
-                                description="Env var holding the bearer token; auth is off when unset.")
+    auth_token_env: str = Field(
+        "DIALSCORE_API_TOKEN", description="Env var holding the bearer token (or `file:PATH` of a file "
+        "holding it), read by each gateway replica from the environment of the node it runs on; "
+        "auth is off when it is unset, unless auth_required.")
+    auth_required: bool = Field(
+        False, description="Fail closed: a gateway replica whose node has no token refuses to start "
+        "(the deployment fails instead of serving the API without auth). On in cluster.yaml.")
 
     @model_validator(mode="after")
     def _unique(self) -> "AppArgs":
