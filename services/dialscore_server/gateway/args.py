@@ -52,6 +52,9 @@ class AppArgs(_Args):
         "request_timeout_s.")
     gateway_num_cpus: float = Field(0.1, gt=0)
     gateway_replicas: int = Field(1, ge=1)
+    gateway_max_replicas_per_node: int | None = Field(
+        None, ge=1, description="At most this many gateway replicas on one Ray node (Serve's "
+        "max_replicas_per_node): 1 spreads them, so losing a node loses one gateway, not all.")
     gateway_max_ongoing_requests: int = Field(
         256, ge=1, description="Requests one gateway replica works on at once (most of them are "
         "waiting on a model).")
