@@ -99,6 +99,10 @@ class LocalCluster:
         self.call(_deploy, args, http_port, name, route_prefix, wait)
         return f"http://127.0.0.1:{http_port}{route_prefix.rstrip('/')}"
 
+    def delete_app(self, name: str) -> None:
+        """``serve.delete`` one application."""
+        self.call(_delete_app, name)
+
     def replicas(self, app: str = "dialscore") -> dict[str, list[dict[str, Any]]]:
         """Per deployment: its replicas (``replica_id``, ``state``, ``node_id``, ``actor_name``)."""
         return self.call(_replicas, app)
@@ -235,6 +239,12 @@ def _deploy(args: dict[str, Any], http_port: int, name: str, route_prefix: str, 
         from ray.serve.api import _run
 
         _run(app, _blocking=False, name=name, route_prefix=route_prefix)
+
+
+def _delete_app(name: str) -> None:
+    from ray import serve
+
+    serve.delete(name)
 
 
 def _replicas(app: str) -> dict[str, list[dict[str, Any]]]:

@@ -199,3 +199,20 @@ def test_losing_a_gateway_replica_mid_probe_run_is_survived(cluster, tmp_path):
     replaced_s = time.monotonic() - events["t_kill"]
     print(f"\ngateway replica kill: run {run_s:.1f} s, client saw {dict(transport.statuses)}, a new "
           f"gateway RUNNING {replaced_s:.1f} s after the kill, {pairs} pairs / {items} items scored once, 0 lost")
+
+
+def test_a_gateway_without_a_token_refuses_to_start_when_auth_is_required(cluster, stand_ins):
+    """auth_required with a token variable no node has: the gateway replicas raise at start, the
+    deployment fails and its routes never answer (fail closed, not open)."""
+    from conftest import scaled_down
+
+    args = scaled_down(stand_ins, gateway_replicas=1, auth_token_env="DIALSCORE_NO_SUCH_TOKEN")
+    args["models"][0]["serving"].update(num_gpus=0, num_replicas=1)   # every GPU is taken
+    port = cluster.url.rsplit(":", 1)[1]
+    with pytest.raises(Exception, match="auth_required") as info:
+        cluster.deploy(args, http_port=int(port), name="noauth", route_prefix="/noauth")
+    assert "DIALSCORE_NO_SUCH_TOKEN" in str(info.value)
+    r = httpx.get(f"{cluster.url}/noauth/v1/models", timeout=30)
+    assert r.status_code in (404, 503) and "x-error-type" not in r.headers   # nothing of ours answered
+    cluster.delete_app("noauth")
+    assert httpx.get(f"{cluster.url}/v1/models", headers=AUTH, timeout=30).status_code == 200
