@@ -72,9 +72,11 @@ def sample(cluster, started: float, done: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def record_timeline(stand_ins: Path, load_s: float, idle_s: float,
-                    on_row=None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run the scenario; return the timeline rows and the summary (times in seconds)."""
+def record_timeline(stand_ins: Path, load_s: float, idle_s: float, on_row=None,
+                    max_load_s: float | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run the scenario; return the timeline rows and the summary (times in seconds). With
+    `max_load_s`, the load goes on after `load_s` until the second replica is RUNNING (at most
+    `max_load_s` in all): on a busy machine its start-up can outlast a fixed load."""
     import httpx
 
     from dialscore_server.checkpoints.standins import templated_sentences
@@ -116,11 +118,18 @@ def record_timeline(stand_ins: Path, load_s: float, idle_s: float,
             time.sleep(0.5)
         marks["deployed"] = time.monotonic() - started
 
+        def loading(t0: float) -> bool:
+            elapsed = time.monotonic() - t0
+            if elapsed < load_s:
+                return True
+            peaked = any(r.get("replicas_running", 0) >= 2 for r in rows)
+            return max_load_s is not None and elapsed < max_load_s and not peaked
+
         async def load():
-            stop_at = time.monotonic() + load_s
+            t0 = time.monotonic()
             async with httpx.AsyncClient(base_url=url, timeout=60) as client:
                 async def worker():
-                    while time.monotonic() < stop_at:
+                    while loading(t0):
                         r = await client.post("/v1/nll", json=body)
                         done["ok" if r.status_code == 200 else "errors"] += 1
                 await asyncio.gather(*(worker() for _ in range(CLIENTS)))

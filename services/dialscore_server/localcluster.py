@@ -99,6 +99,10 @@ class LocalCluster:
         self.call(_deploy, args, http_port, name, route_prefix, wait)
         return f"http://127.0.0.1:{http_port}{route_prefix.rstrip('/')}"
 
+    def status_messages(self, app: str) -> dict[str, str]:
+        """Per deployment of `app`: Serve's status and message (why it failed, when it did)."""
+        return self.call(_status_messages, app)
+
     def delete_app(self, name: str) -> None:
         """``serve.delete`` one application."""
         self.call(_delete_app, name)
@@ -239,6 +243,15 @@ def _deploy(args: dict[str, Any], http_port: int, name: str, route_prefix: str, 
         from ray.serve.api import _run
 
         _run(app, _blocking=False, name=name, route_prefix=route_prefix)
+
+
+def _status_messages(app: str) -> dict[str, str]:
+    from ray import serve
+
+    status = serve.status().applications.get(app)
+    if status is None:
+        return {}
+    return {name: f"{dep.status}: {dep.message}" for name, dep in status.deployments.items()}
 
 
 def _delete_app(name: str) -> None:

@@ -209,9 +209,11 @@ def test_a_gateway_without_a_token_refuses_to_start_when_auth_is_required(cluste
     args = scaled_down(stand_ins, gateway_replicas=1, auth_token_env="DIALSCORE_NO_SUCH_TOKEN")
     args["models"][0]["serving"].update(num_gpus=0, num_replicas=1)   # every GPU is taken
     port = cluster.url.rsplit(":", 1)[1]
-    with pytest.raises(Exception, match="auth_required") as info:
+    with pytest.raises(RuntimeError, match=r"Failed to update the deployments \['gateway'\]"):
         cluster.deploy(args, http_port=int(port), name="noauth", route_prefix="/noauth")
-    assert "DIALSCORE_NO_SUCH_TOKEN" in str(info.value)
+    why = cluster.status_messages("noauth")["gateway"]
+    assert "DEPLOY_FAILED" in why and "AuthConfigError" in why, why
+    assert "auth_required" in why and "DIALSCORE_NO_SUCH_TOKEN" in why, why
     r = httpx.get(f"{cluster.url}/noauth/v1/models", timeout=30)
     assert r.status_code in (404, 503) and "x-error-type" not in r.headers   # nothing of ours answered
     cluster.delete_app("noauth")
