@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from conftest import GPU_WORKER, MODEL, TOKEN
+from cluster_app import GPU_WORKER, MODEL, TOKEN, scaled_down
 from dialscore.client import DialscoreClient
 from dialscore.probes import SAMPLE_DATA
 from dialscore.probes.run import run_probes
@@ -204,8 +204,6 @@ def test_losing_a_gateway_replica_mid_probe_run_is_survived(cluster, tmp_path):
 def test_a_gateway_without_a_token_refuses_to_start_when_auth_is_required(cluster, stand_ins):
     """auth_required with a token variable no node has: the gateway replicas raise at start, the
     deployment fails and its routes never answer (fail closed, not open)."""
-    from conftest import scaled_down
-
     args = scaled_down(stand_ins, gateway_replicas=1, auth_token_env="DIALSCORE_NO_SUCH_TOKEN")
     args["models"][0]["serving"].update(num_gpus=0, num_replicas=1)   # every GPU is taken
     port = cluster.url.rsplit(":", 1)[1]
