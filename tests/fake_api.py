@@ -269,8 +269,9 @@ class FakeAPI:
 
 def error(status: int, type: str, message: str, param: str | None = None,
           headers: dict[str, str] | None = None) -> httpx.Response:
-    """An error response in the server's own shape (for MockTransport handlers); `status` is
-    checked against the server's status table."""
+    """An error response in the server's own shape (for MockTransport handlers): its body and,
+    as the gateway sends with every error, ``x-error-type``; `status` is checked against the
+    server's status table."""
     err = ServiceError(type, message, param)  # type: ignore[arg-type]
     assert err.status == status, f"{type} is {err.status}, not {status}"
-    return httpx.Response(status, json=err.body(), headers=headers)
+    return httpx.Response(status, json=err.body(), headers={"x-error-type": type, **(headers or {})})

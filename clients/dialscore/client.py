@@ -16,9 +16,10 @@ Behaviour:
 
 * **Errors** become the exceptions of :mod:`dialscore.errors` (mirroring ``services/dialscore_server/contract/errors.py``);
   each carries ``request``, ``response``, ``param`` and ``attempts``.
-* **Retries** (:class:`RetryPolicy`): statuses 408, 424, 429, 502, 503, 504 and dropped or failed
-  connections (httpx's ``NetworkError``, ``RemoteProtocolError`` and ``TimeoutException``) are
-  retried with exponential backoff and full jitter (a delay drawn uniformly from
+* **Retries** (:class:`RetryPolicy`): statuses 408, 424, 429, 502, 503, 504, a 500 that does not
+  carry the service's error body (Serve's proxy answering for a gateway replica that died with the
+  request in flight) and dropped or failed connections, resets included (httpx's
+  ``NetworkError``, ``RemoteProtocolError`` and ``TimeoutException``) are retried with exponential backoff and full jitter (a delay drawn uniformly from
   ``[0, min(backoff_max, backoff_base * 2**(attempt-1))]``); a ``Retry-After`` header (seconds or
   an HTTP date) replaces the drawn delay. Validation errors (422) and the other 4xx are never
   retried. Every endpoint is a pure function of its input, so re-sending a POST is safe.
@@ -121,6 +122,18 @@ class RetryPolicy:
     max_retry_after: float = 120.0
     retry_statuses: frozenset[int] = frozenset({408, 424, 429, 502, 503, 504})
     retry_connection_errors: bool = True
+    #: Retry a 500 that lacks the service's ``x-error-type`` header: Serve's proxy answers a plain
+    #: 500 when the gateway replica handling the request dies (node loss, replica crash). Safe
+    #: because every endpoint is a pure function of its input. The service's own 500
+    #: (``internal``: a bug, the same on every try) is never retried.
+    retry_proxy_500: bool = True
+
+    def retries(self, response: httpx.Response) -> bool:
+        """Whether this response's status is worth another attempt."""
+        if response.status_code in self.retry_statuses:
+            return True
+        return (self.retry_proxy_500 and response.status_code == 500
+                and "x-error-type" not in response.headers)
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Full-jitter delay after failed attempt number ``attempt`` (1-based)."""
@@ -279,7 +292,7 @@ class _BaseClient:
 
     def _delay_after_response(self, response: httpx.Response, attempt: int) -> float | None:
         """Seconds to wait before re-sending, or None to stop here."""
-        if response.status_code not in self.retry.retry_statuses or attempt >= self.retry.max_attempts:
+        if not self.retry.retries(response) or attempt >= self.retry.max_attempts:
             return None
         retry_after = parse_retry_after(response.headers.get("Retry-After"))
         if retry_after is not None:

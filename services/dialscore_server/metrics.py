@@ -1,43 +1,184 @@
-"""The project's Prometheus metrics, exported by the gateway at GET /metrics.
+"""The service's metrics, defined once and recorded to two places.
 
-They sit beside Ray Serve's own `ray_serve_*` metrics (exported by Ray's metrics agent). Batch
-figures are measured inside the model replicas and reported back with the first request of each
-batch, so every batch is observed exactly once, whichever process computed it.
+* **Ray's metrics** (``ray.serve.metrics``), when the recording process is a Serve replica: Serve
+  adds the ``deployment``, ``replica`` and ``application`` tags and each node's metrics agent
+  (port 8080 on KubeRay pods) exports the series of the replicas on that node as
+  ``ray_dialscore_*``. Every replica is its own series, so a cluster's totals are sums over
+  series (``sum(rate(ray_dialscore_requests_total[1m]))``), correct whatever the number of gateway
+  replicas and wherever they run. This is what Prometheus scrapes (deployments/kuberay/
+  podmonitor.yaml) and what the Grafana dashboard (deployments/grafana/) reads.
+* **This process's own registry** (``prometheus_client``), exported as ``dialscore_*`` by the
+  gateway's ``GET /metrics``. It holds only the counts of the gateway replica that answers the
+  scrape, so it is the whole story only with one gateway replica (the local default); on a
+  cluster it is a debugging view of one replica, never a total.
+
+The gateway records every metric here, including the batch figures that model replicas measure
+and send back with the first request of each engine call (so each call is counted exactly once,
+by whichever gateway replica received that request).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from prometheus_client import CollectorRegistry
+from prometheus_client import Counter as _PromCounter
+from prometheus_client import Gauge as _PromGauge
+from prometheus_client import Histogram as _PromHistogram
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
-REQUESTS = Counter("dialscore_requests_total", "HTTP requests by endpoint and status.",
-                   ["endpoint", "status"], registry=REGISTRY)
-ERRORS = Counter("dialscore_errors_total", "Error responses by endpoint and error type.",
-                 ["endpoint", "type"], registry=REGISTRY)
-LATENCY = Histogram("dialscore_request_latency_seconds", "Request latency at the gateway.",
-                    ["endpoint"], registry=REGISTRY,
-                    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
-ITEMS = Counter("dialscore_items_scored_total", "Items (NLL targets, dialogues, candidates) scored.",
-                ["model"], registry=REGISTRY)
-TOKENS = Counter("dialscore_tokens_scored_total", "Tokens fed to models, by side.",
-                 ["model", "side"], registry=REGISTRY)
-BATCH_SIZE = Histogram("dialscore_batch_items", "Items merged into one engine call (@serve.batch).",
-                       ["model"], registry=REGISTRY,
-                       buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096))
-BATCH_REQUESTS = Histogram("dialscore_batch_requests", "Requests merged into one engine call.",
-                           ["model"], registry=REGISTRY, buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32, 64))
-BATCH_TOKENS = Histogram("dialscore_batch_tokens", "Real tokens in one engine call.", ["model"],
-                         registry=REGISTRY,
-                         buckets=(16, 64, 256, 1024, 4096, 16384, 65536, 262144))
-PADDING_WASTE = Histogram("dialscore_padding_waste_ratio",
-                          "Share of computed positions that were padding, per engine call.",
-                          ["model"], registry=REGISTRY,
-                          buckets=(0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0))
-REUSED_TOKENS = Counter(
-    "dialscore_reused_tokens_total",
+logger = logging.getLogger("dialscore.metrics")
+
+Kind = Literal["counter", "gauge", "histogram"]
+
+
+def _in_serve_replica() -> bool:
+    try:
+        from ray.serve import context
+    except ImportError:  # pragma: no cover - the server always has Ray
+        return False
+    return context._get_internal_replica_context() is not None
+
+
+class Metric:
+    """One metric with fixed label names, recorded to this process's registry and, inside a
+    Serve replica, to Ray's metrics. ``labels(*values)`` returns a child with ``inc``, ``dec``,
+    ``set`` and ``observe``, as prometheus_client's do.
+
+    `name` is the exported name (``dialscore_requests_total``); Ray's exporter adds the ``ray_``
+    prefix, and its counters get ``_total`` appended, so a counter's Ray name drops the suffix.
+    """
+
+    def __init__(self, kind: Kind, name: str, doc: str, labels: Sequence[str],
+                 buckets: Sequence[float] | None = None):
+        self.kind, self.name, self.doc, self.label_names = kind, name, doc, tuple(labels)
+        self.buckets = tuple(buckets) if buckets else None
+        if kind == "counter":
+            self._prom: Any = _PromCounter(name, doc, self.label_names, registry=REGISTRY)
+        elif kind == "gauge":
+            self._prom = _PromGauge(name, doc, self.label_names, registry=REGISTRY)
+        else:
+            self._prom = _PromHistogram(name, doc, self.label_names, registry=REGISTRY,
+                                        buckets=self.buckets)
+        self._ray: Any = None
+        self._ray_checked = False
+        self._ray_failed = False
+        self._lock = threading.Lock()
+        self._gauge_values: dict[tuple[str, ...], float] = {}
+
+    @property
+    def ray_name(self) -> str:
+        return self.name.removesuffix("_total") if self.kind == "counter" else self.name
+
+    def _ray_metric(self) -> Any:
+        """Ray's metric, created on first use inside a Serve replica (None elsewhere)."""
+        if not self._ray_checked:
+            with self._lock:
+                if not self._ray_checked:
+                    if _in_serve_replica():
+                        from ray.serve import metrics as serve_metrics
+
+                        if self.kind == "counter":
+                            self._ray = serve_metrics.Counter(self.ray_name, self.doc, self.label_names)
+                        elif self.kind == "gauge":
+                            self._ray = serve_metrics.Gauge(self.ray_name, self.doc, self.label_names)
+                        else:
+                            self._ray = serve_metrics.Histogram(self.ray_name, self.doc,
+                                                                list(self.buckets or ()),
+                                                                self.label_names)
+                    self._ray_checked = True
+        return self._ray
+
+    def labels(self, *values: str) -> _Child:
+        if len(values) != len(self.label_names):
+            raise ValueError(f"{self.name}: expected labels {self.label_names}, got {values}")
+        return _Child(self, tuple(str(v) for v in values))
+
+
+class _Child:
+    """One labelled series of a :class:`Metric`."""
+
+    def __init__(self, metric: Metric, values: tuple[str, ...]):
+        self.metric, self.values = metric, values
+        self.tags = dict(zip(metric.label_names, values))
+
+    def inc(self, amount: float = 1.0) -> None:
+        if self.metric.kind == "gauge":
+            self._add(amount)
+            return
+        self.metric._prom.labels(*self.values).inc(amount)
+        if amount > 0:  # Ray's counters refuse 0
+            self._to_ray(lambda m: m.inc(amount, tags=self.tags))
+
+    def dec(self, amount: float = 1.0) -> None:
+        self._add(-amount)
+
+    def set(self, value: float) -> None:
+        with self.metric._lock:
+            self.metric._gauge_values[self.values] = value
+        self._publish(value)
+
+    def observe(self, value: float) -> None:
+        self.metric._prom.labels(*self.values).observe(value)
+        self._to_ray(lambda m: m.observe(value, tags=self.tags))
+
+    def _add(self, amount: float) -> None:
+        # Ray's gauges only `set`: the process keeps the value, as prometheus_client's gauge does.
+        with self.metric._lock:
+            value = self.metric._gauge_values.get(self.values, 0.0) + amount
+            self.metric._gauge_values[self.values] = value
+        self._publish(value)
+
+    def _publish(self, value: float) -> None:
+        self.metric._prom.labels(*self.values).set(value)
+        self._to_ray(lambda m: m.set(value, tags=self.tags))
+
+    def _to_ray(self, record: Callable[[Any], None]) -> None:
+        # A metric must never fail the request it describes: a broken Ray metric is logged
+        # (once per metric) and the request goes on.
+        try:
+            ray_metric = self.metric._ray_metric()
+            if ray_metric is not None:
+                record(ray_metric)
+        except Exception:  # noqa: BLE001
+            if not self.metric._ray_failed:
+                self.metric._ray_failed = True
+                logger.exception("recording %s to Ray's metrics failed", self.metric.name)
+
+
+REQUESTS = Metric("counter", "dialscore_requests_total", "HTTP requests by endpoint and status.",
+                  ["endpoint", "status"])
+ERRORS = Metric("counter", "dialscore_errors_total", "Error responses by endpoint and error type.",
+                ["endpoint", "type"])
+LATENCY = Metric("histogram", "dialscore_request_latency_seconds", "Request latency at the gateway.",
+                 ["endpoint"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+ITEMS = Metric("counter", "dialscore_items_scored_total",
+               "Items (NLL targets, dialogues, candidates) scored.", ["model"])
+TOKENS = Metric("counter", "dialscore_tokens_scored_total", "Tokens fed to models, by side.",
+                ["model", "side"])
+BATCH_SIZE = Metric("histogram", "dialscore_batch_items",
+                    "Items merged into one engine call (@serve.batch).", ["model"],
+                    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096))
+BATCH_REQUESTS = Metric("histogram", "dialscore_batch_requests", "Requests merged into one engine call.",
+                        ["model"], buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32, 64))
+BATCH_TOKENS = Metric("histogram", "dialscore_batch_tokens", "Real tokens in one engine call.", ["model"],
+                      buckets=(16, 64, 256, 1024, 4096, 16384, 65536, 262144))
+PADDING_WASTE = Metric("histogram", "dialscore_padding_waste_ratio",
+                       "Share of computed positions that were padding, per engine call.", ["model"],
+                       # Ray's histograms need positive boundaries: le=0.001 holds the calls without padding.
+                       buckets=(0.001, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0))
+REUSED_TOKENS = Metric(
+    "counter", "dialscore_reused_tokens_total",
     "Item tokens not recomputed: a prefix shared by several decoder-only items (within a request "
-    "or across requests merged into one engine call) or a seq2seq source encoded once.",
-    ["model"], registry=REGISTRY)
-IN_FLIGHT = Gauge("dialscore_queue_length", "Requests sent to a model deployment and not yet answered.",
-                  ["model"], registry=REGISTRY)
+    "or across requests merged into one engine call) or a seq2seq source encoded once.", ["model"])
+IN_FLIGHT = Metric("gauge", "dialscore_queue_length",
+                   "Requests sent to a model deployment and not yet answered (per gateway replica).",
+                   ["model"])
+
+#: Every metric, for the dashboard test and documentation.
+ALL: tuple[Metric, ...] = (REQUESTS, ERRORS, LATENCY, ITEMS, TOKENS, BATCH_SIZE, BATCH_REQUESTS,
+                           BATCH_TOKENS, PADDING_WASTE, REUSED_TOKENS, IN_FLIGHT)

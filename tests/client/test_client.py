@@ -228,10 +228,32 @@ def test_non_json_error_body_maps_by_status():
     client, slept = sync_client(Script(httpx.Response(502, text="<html>bad gateway</html>"), nll_ok))
     client.nll("m", ITEMS)                       # 502 from a proxy: retried
     assert len(slept) == 1
-    client, _ = sync_client(Script(httpx.Response(500, text="<html>oops</html>")))
+    client, slept = sync_client(Script(httpx.Response(500, text="<html>oops</html>")),
+                                retry=RetryPolicy(max_attempts=2))
     with pytest.raises(errors.InternalServerError) as info:
         client.nll("m", ITEMS)
     assert "oops" in info.value.message and info.value.param is None
+    assert info.value.attempts == 2 and len(slept) == 1   # a proxy's 500: retried
+
+
+def test_proxy_500_is_retried_but_the_services_own_500_is_not():
+    """Serve's proxy answers a plain 500 when the gateway replica dies mid-request (the request
+    never reached a model, or its answer was lost): scoring is idempotent, so it is re-sent. The
+    service's own `internal` 500 carries x-error-type and is a bug: re-sending cannot help."""
+    handler = Script(httpx.Response(500, text="Internal Server Error"), nll_ok)
+    client, slept = sync_client(handler)
+    assert client.nll("m", ITEMS).results[0].nll == 1.0
+    assert len(handler.requests) == 2 and len(slept) == 1
+    own = error(500, "internal", "internal error; it has been logged")   # carries x-error-type
+    handler = Script(own, nll_ok)
+    client, slept = sync_client(handler)
+    with pytest.raises(errors.InternalServerError) as info:
+        client.nll("m", ITEMS)
+    assert info.value.attempts == 1 and len(handler.requests) == 1 and slept == []
+    client, _ = sync_client(Script(httpx.Response(500, text="x"), nll_ok),
+                            retry=RetryPolicy(retry_proxy_500=False))
+    with pytest.raises(errors.InternalServerError):
+        client.nll("m", ITEMS)
 
 
 @pytest.mark.parametrize("exc", [

@@ -13,6 +13,7 @@ from dialscore.probes.run import format_choices, plan_probes
 from dialscore.model_card import ModelCard
 from dialscore_server.contract import errors as server_errors
 from dialscore_server.nll import protocol
+from fake_api import error
 from dialscore_server.checkpoints.registry import PAPER_MODELS
 
 
@@ -30,7 +31,7 @@ def test_every_server_error_type_has_a_client_class_with_the_same_status():
         cls = errors.error_class(status, type_)
         assert cls.error_type == type_, type_
         assert errors.error_class(status, None) in (cls, errors.NotFoundError)   # status fallback
-        retried = status in RetryPolicy().retry_statuses
+        retried = RetryPolicy().retries(error(status, type_, "x"))
         assert retried == (type_ in server_errors.RETRYABLE), type_
         assert cls.retryable == (type_ in server_errors.RETRYABLE), type_
 

@@ -16,6 +16,7 @@ DEPLOYMENTS = Path(__file__).resolve().parents[2] / "deployments"
 def _serve_configs():
     yield "local.yaml", yaml.safe_load((DEPLOYMENTS / "local.yaml").read_text())
     yield "cluster.yaml", yaml.safe_load((DEPLOYMENTS / "cluster.yaml").read_text())
+    yield "cluster-fractional.yaml", yaml.safe_load((DEPLOYMENTS / "cluster-fractional.yaml").read_text())
     manifest = yaml.safe_load((DEPLOYMENTS / "kuberay" / "rayservice.yaml").read_text())
     yield "kuberay serveConfigV2", yaml.safe_load(manifest["spec"]["serveConfigV2"])
 
@@ -54,3 +55,24 @@ def test_cluster_config_uses_hub_ids_on_gpus():
     assert "microsoft/DialoGPT-medium" in sources
     assert "ynie/roberta-large-snli_mnli_fever_anli_R1_R2_R3-nli" in sources
     assert all(opts.num_gpus >= 1 and opts.autoscaling_config for _, opts in args.model_configs())
+
+
+def test_fractional_profile_differs_from_the_one_gpu_profile_only_in_gpu_share_and_budget():
+    """Same applications, models, autoscaling and auth; num_gpus 0.25 (four replicas per GPU)
+    and a token budget halved so four passes fit one GPU's memory (arithmetic in the file)."""
+    whole = yaml.safe_load((DEPLOYMENTS / "cluster.yaml").read_text())
+    shared = yaml.safe_load((DEPLOYMENTS / "cluster-fractional.yaml").read_text())
+    one = AppArgs.model_validate(whole["applications"][0]["args"])
+    frac = AppArgs.model_validate(shared["applications"][0]["args"])
+    assert [m.name for m in one.models + one.classifiers] == [m.name for m in frac.models + frac.classifiers]
+    for a, b in zip(one.models + one.classifiers, frac.models + frac.classifiers):
+        assert a.serving.num_gpus == 1 and b.serving.num_gpus == 0.25
+        assert b.serving.token_budget * 2 == a.serving.token_budget
+        assert a.serving.model_dump(exclude={"num_gpus", "token_budget"}) == \
+            b.serving.model_dump(exclude={"num_gpus", "token_budget"})
+    assert frac.auth_required and one.auth_required
+    # GPUs at the minimum replica count: 5 whole GPUs become ceil(5 x 0.25) = 2.
+    entries = one.models + one.classifiers
+    assert sum(e.serving.num_gpus * e.serving.autoscaling_config["min_replicas"] for e in entries) == 5
+    assert sum(e.serving.num_gpus * e.serving.autoscaling_config["min_replicas"]
+               for e in frac.models + frac.classifiers) == 1.25

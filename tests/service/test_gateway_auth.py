@@ -50,3 +50,38 @@ def test_unauthorized_requests_are_counted_as_errors(path):
     _get(app, path)
     text = _get(app, "/metrics", {"Authorization": "Bearer t"}).text
     assert f'dialscore_errors_total{{endpoint="{path}",type="unauthorized"}}' in text
+
+
+def test_required_auth_without_a_token_refuses_to_start(monkeypatch, tmp_path):
+    """auth_required: a gateway replica on a node without the token must not serve the API."""
+    from dialscore_server.gateway.auth import AuthConfigError, gateway_token
+
+    monkeypatch.delenv("DIALSCORE_API_TOKEN", raising=False)
+    assert gateway_token("DIALSCORE_API_TOKEN", required=False) is None      # auth off, as before
+    with pytest.raises(AuthConfigError, match="DIALSCORE_API_TOKEN is unset or empty"):
+        gateway_token("DIALSCORE_API_TOKEN", required=True)
+    monkeypatch.setenv("DIALSCORE_API_TOKEN", "   ")
+    with pytest.raises(AuthConfigError):
+        gateway_token("DIALSCORE_API_TOKEN", required=True)
+    monkeypatch.setenv("DIALSCORE_API_TOKEN", f"file:{tmp_path / 'missing'}")
+    with pytest.raises(AuthConfigError, match="cannot read the token file"):
+        gateway_token("DIALSCORE_API_TOKEN", required=True)
+    (tmp_path / "token").write_text("t0k\n")
+    monkeypatch.setenv("DIALSCORE_API_TOKEN", f"file:{tmp_path / 'token'}")
+    assert gateway_token("DIALSCORE_API_TOKEN", required=True) == "t0k"
+
+
+def test_token_comparison_is_constant_time_and_exact(monkeypatch):
+    import hmac
+
+    from dialscore_server.gateway import auth
+
+    calls = []
+    real = hmac.compare_digest
+    monkeypatch.setattr(auth.hmac, "compare_digest", lambda a, b: calls.append((a, b)) or real(a, b))
+    assert auth.authorized("s3cret", "/v1/nll", "Bearer s3cret")
+    assert not auth.authorized("s3cret", "/v1/nll", "Bearer s3cre")
+    assert not auth.authorized("s3cret", "/v1/nll", "bearer s3cret")
+    assert not auth.authorized("s3cret", "/v1/nll", "Bearer s3cret\u00e9")   # non-ASCII: no crash
+    assert not auth.authorized("s3cret", "/v1/nll", None)
+    assert len(calls) == 4 and all(isinstance(a, bytes) for a, _ in calls)

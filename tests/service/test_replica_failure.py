@@ -12,7 +12,6 @@ test session does not start.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import Counter
@@ -20,17 +19,15 @@ from collections import Counter
 import httpx
 import pytest
 
-from dialscore.client import DialscoreClient, RetryPolicy
-from dialscore.probes.data import load_dialogues
-from dialscore.probes.run import SCORES_FILE, plan_probes, run_probes
-
+from dialscore.client import DialscoreClient
 from dialscore.probes import SAMPLE_DATA as SAMPLE
+from dialscore.probes.run import run_probes
+from probe_checks import RETRY, KillAfter, assert_scored_once
 from serve_apps import ONE_THREAD, app_args, deploy_app
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
 
 APP = "failure"
-RETRY = RetryPolicy(max_attempts=12, backoff_base=0.25, backoff_max=2.0, max_retry_after=3.0)
 
 
 def replicas(deployment: str) -> list[str]:
@@ -106,32 +103,6 @@ class Prober(threading.Thread):
                 "max_answer_s": round(max(x[1] for x in self.log), 2)}
 
 
-class KillAfter(httpx.BaseTransport):
-    """Counts the answers to `path`; after the `after`-th 200 it calls `kill()` (once, in the
-    thread of that request): the kill lands in the middle of the run, at a known point."""
-
-    def __init__(self, path: str, after: int, kill):
-        self.inner = httpx.HTTPTransport()
-        self.path, self.after, self.kill = path, after, kill
-        self.lock = threading.Lock()
-        self.ok = 0
-        self.statuses: Counter = Counter()
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        response = self.inner.handle_request(request)
-        if request.url.path == self.path:
-            with self.lock:
-                self.statuses[response.status_code] += 1
-                self.ok += response.status_code == 200
-                fire = self.ok == self.after and response.status_code == 200
-            if fire:
-                self.kill()
-        return response
-
-    def close(self) -> None:  # shared by several clients: closed by the test, not by each client
-        pass
-
-
 @pytest.fixture(scope="module")
 def served(stand_ins, sharp_stand_ins, served):
     """This module's own app: the deployments it kills."""
@@ -186,25 +157,11 @@ def test_kill_nll_replica_mid_probe_run_scores_every_pair_once(served, tmp_path)
     assert transport.statuses[424] + transport.statuses[503] >= 1, transport.statuses  # the client retried
 
     # Exactly once: every planned pair and item, none twice, no torn line.
-    dialogues = load_dialogues(SAMPLE)
-    info = next(m for m in client_models(served) if m.name == "victim")
-    plan = plan_probes(dialogues, [info], ["attribution"], seed=0)
-    lines = (tmp_path / SCORES_FILE).read_text().splitlines()
-    ids = [json.loads(line)["id"] for line in lines]
-    assert len(ids) == len(set(ids)) == len(plan.items), (len(ids), len(set(ids)), len(plan.items))
-    assert set(ids) == set(plan.items)
-    pairs = [json.loads(line)["pair_id"] for line in (tmp_path / "pairs.jsonl").read_text().splitlines()]
-    assert len(pairs) == len(set(pairs)) == len(plan.pairs) == len(report.pairs)
-    assert set(pairs) == {p.pair_id for p in plan.pairs}
+    n_pairs, n_items = assert_scored_once(tmp_path, served.url, "victim", ["attribution"], report)
     assert httpx.get(f"{served.url}/readyz", timeout=30).status_code == 200
     print(f"\nreplica kill (nll): run {run_s:.1f} s, replacement listed after {replaced_s:.1f} s, client saw "
           f"{dict(transport.statuses)}, held request {held_status} after {held_s:.2f} s, prober {outage}, "
-          f"{len(plan.pairs)} pairs / {len(plan.items)} items scored once, 0 lost")
-
-
-def client_models(served):
-    with DialscoreClient(served.url) as client:
-        return client.models()
+          f"{n_pairs} pairs / {n_items} items scored once, 0 lost")
 
 
 def test_kill_detector_replica_during_rerank_load_answers_every_request_once(served):

@@ -52,6 +52,9 @@ class AppArgs(_Args):
         "request_timeout_s.")
     gateway_num_cpus: float = Field(0.1, gt=0)
     gateway_replicas: int = Field(1, ge=1)
+    gateway_max_replicas_per_node: int | None = Field(
+        None, ge=1, description="At most this many gateway replicas on one Ray node (Serve's "
+        "max_replicas_per_node): 1 spreads them, so losing a node loses one gateway, not all.")
     gateway_max_ongoing_requests: int = Field(
         256, ge=1, description="Requests one gateway replica works on at once (most of them are "
         "waiting on a model).")
@@ -59,8 +62,13 @@ class AppArgs(_Args):
         256, ge=-1, description="Requests Serve's proxy queues for the gateway beyond those; then the "
         "proxy itself answers 503 with Retry-After 1 (a plain-text body: no gateway code runs). "
         "Bounds latency when the gateway, not a model, is the bottleneck. -1: unbounded.")
-    auth_token_env: str = Field("DIALSCORE_API_TOKEN",
-                                description="Env var holding the bearer token; auth is off when unset.")
+    auth_token_env: str = Field(
+        "DIALSCORE_API_TOKEN", description="Env var holding the bearer token (or `file:PATH` of a file "
+        "holding it), read by each gateway replica from the environment of the node it runs on; "
+        "auth is off when it is unset, unless auth_required.")
+    auth_required: bool = Field(
+        False, description="Fail closed: a gateway replica whose node has no token refuses to start "
+        "(the deployment fails instead of serving the API without auth). On in cluster.yaml.")
 
     @model_validator(mode="after")
     def _unique(self) -> "AppArgs":

@@ -29,8 +29,11 @@ def build_app(args: AppArgs) -> serve.Application:
         ray_actor_options={"num_cpus": args.rerank_num_cpus}).bind(
             classifiers, nll, request_timeout_s=args.request_timeout_s,
             queue_timeout_s=args.queue_timeout_s) if classifiers else None
+    spread = ({"max_replicas_per_node": args.gateway_max_replicas_per_node}
+              if args.gateway_max_replicas_per_node else {})
     return Gateway.options(
         num_replicas=args.gateway_replicas, ray_actor_options={"num_cpus": args.gateway_num_cpus},
+        **spread,
         max_ongoing_requests=args.gateway_max_ongoing_requests,
         max_queued_requests=args.gateway_max_queued_requests,
         backpressure_config={"status_code": 503, "retry_after_s": 1.0},

@@ -25,7 +25,7 @@ from dialscore_server.contract.errors import ServiceError
 from dialscore_server.contract.limits import Limits
 from dialscore_server.gateway.app import create_app
 from dialscore_server.gateway.args import AppArgs
-from dialscore_server.gateway.auth import read_token
+from dialscore_server.gateway.auth import gateway_token
 
 
 class HandleBackend:
@@ -109,7 +109,7 @@ class Gateway(HandleBackend):
         super().__init__(nll, classifiers, reranker, limits=app_args.limits,
                          request_timeout_s=app_args.request_timeout_s,
                          queue_timeout_s=app_args.queue_timeout_s,
-                         token=read_token(app_args.auth_token_env))
+                         token=gateway_token(app_args.auth_token_env, app_args.auth_required))
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return create_app(self)

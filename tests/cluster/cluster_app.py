@@ -1,0 +1,46 @@
+"""The cluster tests' nodes and application: deployments/cluster.yaml's, scaled down (see
+`scaled_down`). (Its own module name: `conftest` is ambiguous on sys.path across test folders.)
+
+The cluster lives in a child process (dialscore_server.localcluster): this pytest process may
+already hold the session's single-node Ray (tests/service), and one process has one Ray.
+Workers declare logical GPUs, so the cluster config's `num_gpus: 1` places each model replica on
+a GPU worker, never on the head; torch there sees no CUDA, so the engines run on CPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "cluster-test-token"
+#: What a pod's env is on KubeRay: the API-token secret on every node, head included.
+NODE_ENV = {"DIALSCORE_API_TOKEN": TOKEN}
+#: Logical resources. The head has no GPU (as in rayservice.yaml: num-gpus 0); each worker one.
+HEAD = {"num_cpus": 2, "num_gpus": 0, "env_vars": NODE_ENV}
+GPU_WORKER = {"num_cpus": 2, "num_gpus": 1, "env_vars": NODE_ENV}
+MODEL = "dialogpt-medium"
+
+
+def scaled_down(stand_ins: Path, **overrides: Any) -> dict[str, Any]:
+    """deployments/cluster.yaml's application args, scaled down to fit 2 cores:
+
+    * the stand-in checkpoints instead of hub ids, and only the first dialogue model (each
+      replica loads its model; the classifiers and the rerank deployment add nothing to placement);
+    * fractional CPUs (a quarter per replica, one torch thread) instead of 1-2;
+    * the model's fixed 2 replicas instead of autoscaling 1-4 (autoscaling: test_autoscaling.py);
+    * the queue timeout 5 s (a request waiting for a re-placed replica gets 503, then retries).
+
+    Kept as they are: `num_gpus: 1` per model replica, 2 gateway replicas at most 1 per node,
+    `auth_required`, the request timeout, the batching options.
+    """
+    args = yaml.safe_load((ROOT / "deployments" / "cluster.yaml").read_text())["applications"][0]["args"]
+    model = args["models"][0]
+    assert model["name"] == MODEL and model["serving"]["num_gpus"] >= 1
+    serving = {k: v for k, v in model["serving"].items() if k != "autoscaling_config"}
+    serving.update(num_cpus=0.25, num_threads=1, num_replicas=2)
+    args.update(stand_ins=str(stand_ins), models=[{"name": MODEL, "serving": serving}], classifiers=[],
+                gateway_num_cpus=0.25, rerank_num_cpus=0.1, queue_timeout_s=5, **overrides)
+    return args
