@@ -1,4 +1,4 @@
-"""Reduced precision on this machine: matrix-product speed by dtype, and whether bf16 changes decisions.
+"""Reduced precision on this machine: matrix-product speed by dtype, and whether bf16/int8 change decisions.
 
 Part 1, speed: a 2048 x 2048 x 2048 product, best of --reps, in float32 through ``torch.matmul``
 (MKL on this build) and through oneDNN's linear op (what the engine's CPU kernels use), and in
@@ -6,14 +6,21 @@ bfloat16 through ``torch.matmul`` (PyTorch routes CPU bf16 products to oneDNN). 
 timed on a 512^3 product only: PyTorch has no fast CPU kernel for it (the registry refuses float16
 on CPU).
 
-Part 2, agreement: the same items scored by the engine in float32 and in bfloat16 (the registry's
-``dtype``), the decisions compared:
+Part 1b (``--int8-kernels``): a DialoGPT-medium MLP block (1,024 → 4,096 → 1,024, 1,024 tokens)
+in float32 (torch and oneDNN), through ``quantize_dynamic`` on each quantized engine, and through
+the engine's own int8 layer (per-row activation scales, services/dialscore_server/checkpoints/quantize.py),
+interleaved, best of --reps: the measurement behind the int8 route.
+
+Part 2, agreement: the same items scored by the engine in float32 and in each reduced precision of
+``--dtypes`` (the registry's ``dtype``: ``bfloat16``, ``int8``), the decisions compared:
 
 * CEDAR probes on clients/dialscore/probes/cedar_sample.jsonl, both settings: for every (valid, corrupted) pair,
   is NLL(valid) < NLL(corrupted)? (attribution: the explanation after history + response + "Why?";
   inference: the response after explanation + history);
 * MuTual dev (../shared/data/mutual/dev.jsonl): which of the four options has the lowest NLL
-  given the context (ties to the first option in both precisions).
+  given the context (ties to the first option in both precisions);
+* rerank order: the same four MuTual options as rerank candidates after their context: is the
+  whole order by NLL (best to worst) the same?
 
 Models: ``small-reinit`` (the gpt2 stand-in re-initialised N(0, 0.3): NLLs vary strongly by token),
 ``small-trained`` (the stand-in trained ~30 s on templated sentences and the sample's own turns and
@@ -21,7 +28,8 @@ explanations, so it has learned some word order) and, optionally, ``medium`` (ra
 DialoGPT-medium shapes, GPT-2's own init: near-uniform predictions, tiny margins, a worst case).
 The project documents bf16 as safe for a (model, task) only where agreement is at least 99%.
 
-    python loadtests/bench_precision.py                       # small-reinit, small-trained
+    python loadtests/bench_precision.py                       # small-reinit, small-trained, int8
+    python loadtests/bench_precision.py --dtypes int8,bfloat16 --int8-kernels
     python loadtests/bench_precision.py --models medium --probe-dialogues 6 --mutual-limit 60
 """
 
@@ -86,6 +94,52 @@ def matmul_speeds(reps: int) -> list[tuple[str, float]]:
         torch.matmul(h1, h2)
         out.append(("float16 torch.matmul (512^3, one run)", 2 * m ** 3 / (time.perf_counter() - s)))
     return out
+
+
+def int8_kernel_speeds(reps: int) -> list[tuple[str, float]]:
+    """FLOP/s of a DialoGPT-medium MLP block at 1,024 tokens by route (see the docstring)."""
+    import copy
+    import warnings
+
+    import torch
+
+    from dialscore_server.checkpoints.quantize import int8_linear_class
+
+    m_tok, width = 1024, 1024
+    flops = 2 * 2 * m_tok * width * 4 * width
+    mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.Linear(4 * width, width))
+    x = torch.randn(m_tok, width)
+    fns = {"float32 F.linear": mlp}
+    fns["float32 oneDNN linear"] = lambda x: torch.ops.mkldnn._linear_pointwise(
+        torch.ops.mkldnn._linear_pointwise(x, mlp[0].weight, mlp[0].bias, "none", [], ""),
+        mlp[1].weight, mlp[1].bias, "none", [], "")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        for engine in ("x86", "fbgemm", "onednn", "qnnpack"):
+            if engine not in torch.backends.quantized.supported_engines:
+                continue
+            torch.backends.quantized.engine = engine
+            q = quantize_dynamic(copy.deepcopy(mlp), {torch.nn.Linear: per_channel_dynamic_qconfig},
+                                 dtype=torch.qint8)
+            fns[f"int8 quantize_dynamic ({engine}, per-tensor activations)"] = (
+                lambda x, q=q, e=engine: (setattr(torch.backends.quantized, "engine", e), q(x))[1])
+        torch.backends.quantized.engine = "onednn"
+        cls = int8_linear_class()
+        own = torch.nn.Sequential(cls(mlp[0].weight, mlp[0].bias), cls(mlp[1].weight, mlp[1].bias))
+        fns["int8 engine layer (onednn, per-row activations)"] = (
+            lambda x: (setattr(torch.backends.quantized, "engine", "onednn"), own(x))[1])
+    best: dict[str, float] = defaultdict(lambda: float("inf"))
+    with torch.inference_mode():
+        for fn in fns.values():
+            fn(x)
+        for _ in range(reps):  # interleaved: a burst of load from elsewhere hits all alike
+            for name, fn in fns.items():
+                s = time.perf_counter()
+                fn(x)
+                best[name] = min(best[name], time.perf_counter() - s)
+    return [(name, flops / best[name]) for name in fns]
 
 
 # ------------------------------------------------------------------------------------- models
@@ -180,6 +234,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--no-speed", action="store_true")
+    p.add_argument("--dtypes", default="int8",
+                   help="reduced precisions compared with float32 (comma-separated: int8, bfloat16)")
+    p.add_argument("--int8-kernels", action="store_true", help="part 1b: int8 routes, MLP block")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
 
@@ -200,6 +257,15 @@ def main(argv=None) -> int:
             print(f"  {name:40s} {v / 1e9:8.1f} GFLOP/s   {v / base:5.2f}x float32 torch.matmul")
             report["speed"].append({"what": name, "flops": v})
 
+    if args.int8_kernels:
+        speeds = int8_kernel_speeds(args.reps)
+        base = speeds[0][1]
+        print(f"\nDialoGPT-medium MLP block, 1,024 tokens (best of {args.reps}, interleaved)")
+        for name, v in speeds:
+            print(f"  {name:56s} {v / 1e9:8.1f} GFLOP/s   {v / base:5.2f}x float32 F.linear")
+            report.setdefault("int8_kernels", []).append({"what": name, "flops": v})
+
+    dtypes = args.dtypes.split(",")
     names = args.models.split(",")
     work = Path(tempfile.gettempdir()) / "dialscore-bench"
     paths = checkpoints(names, work)
@@ -209,7 +275,7 @@ def main(argv=None) -> int:
         scores: dict[str, dict[str, list[float]]] = defaultdict(dict)
         seconds: dict[str, dict[str, float]] = defaultdict(dict)
         probes = None
-        for dtype in ("float32", "bfloat16"):
+        for dtype in ["float32"] + dtypes:
             engine = engine_for(paths[name], dtype, args.threads)
             probes = probes or probe_items(engine.fmt.why_turn, args.probe_dialogues)
             tasks = {k: v[0] for k, v in probes.items()}
@@ -223,41 +289,48 @@ def main(argv=None) -> int:
                 seconds[task][dtype] = time.perf_counter() - t
                 scores[task][dtype] = [r.nll for r in results]
             del engine
-        for task in scores:
-            a, b = scores[task]["float32"], scores[task]["bfloat16"]
-            diffs = [abs(x - y) for x, y in zip(a, b)]
-            if task == "mutual":
-                items, gold = mutual
-                pick = lambda s, k: min(range(4), key=lambda j: (s[4 * k + j], j))  # noqa: E731
-                n = len(gold)
-                d32 = [pick(a, k) for k in range(n)]
-                d16 = [pick(b, k) for k in range(n)]
-                acc = lambda d: statistics.fmean(x == g for x, g in zip(d, gold) if g is not None)  # noqa: E731
-                what = "MuTual dev: top option"
-            else:
-                pairs = probes[task][1]
-                d32 = [a[i] < a[j] for i, j in pairs]
-                d16 = [b[i] < b[j] for i, j in pairs]
-                acc = statistics.fmean
-                what = f"CEDAR {task}: valid < corrupted"
-            agree = statistics.fmean(x == y for x, y in zip(d32, d16))
-            row = {"model": name, "task": what, "decisions": len(d32), "agreement": agree,
-                   "flips": sum(x != y for x, y in zip(d32, d16)),
-                   "fp32_accuracy": acc(d32), "bf16_accuracy": acc(d16),
-                   "mean_abs_dnll": statistics.fmean(diffs), "max_abs_dnll": max(diffs),
-                   "items": len(a), "fp32_s": seconds[task]["float32"], "bf16_s": seconds[task]["bfloat16"],
-                   "safe": agree >= SAFE}
-            rows.append(row)
-            report["agreement"].append(row)
+        for dtype in dtypes:
+            for task in list(scores):
+                a, b = scores[task]["float32"], scores[task][dtype]
+                diffs = [abs(x - y) for x, y in zip(a, b)]
+                if task == "mutual":
+                    items, gold = mutual
+                    n = len(gold)
+                    pick = lambda s, k: min(range(4), key=lambda j: (s[4 * k + j], j))  # noqa: E731
+                    order = lambda s, k: sorted(range(4), key=lambda j: (s[4 * k + j], j))  # noqa: E731
+                    acc = lambda d: statistics.fmean(x == g for x, g in zip(d, gold) if g is not None)  # noqa: E731
+                    variants = [("MuTual dev: top option", [pick(a, k) for k in range(n)],
+                                 [pick(b, k) for k in range(n)], acc),
+                                ("rerank: order of 4 candidates", [order(a, k) for k in range(n)],
+                                 [order(b, k) for k in range(n)], None)]
+                else:
+                    pairs = probes[task][1]
+                    variants = [(f"CEDAR {task}: valid < corrupted", [a[i] < a[j] for i, j in pairs],
+                                 [b[i] < b[j] for i, j in pairs], statistics.fmean)]
+                for what, d32, dlo, acc in variants:
+                    agree = statistics.fmean(x == y for x, y in zip(d32, dlo))
+                    row = {"model": name, "dtype": dtype, "task": what, "decisions": len(d32),
+                           "agreement": agree, "flips": sum(x != y for x, y in zip(d32, dlo)),
+                           "fp32_accuracy": acc(d32) if acc else None,
+                           "low_accuracy": acc(dlo) if acc else None,
+                           "mean_abs_dnll": statistics.fmean(diffs), "max_abs_dnll": max(diffs),
+                           "items": len(a), "fp32_s": seconds[task]["float32"],
+                           "low_s": seconds[task][dtype], "safe": agree >= SAFE}
+                    rows.append(row)
+                    report["agreement"].append(row)
 
-    print(f"\nbf16 vs float32 decisions (engine in-process; safe = agreement >= {SAFE:.0%})")
-    hdr = (f"  {'model':14s} {'task':36s} {'n':>5s} {'flips':>5s} {'agree':>8s} {'acc32':>6s} {'acc16':>6s} "
-           f"{'mean|dNLL|':>10s} {'max|dNLL|':>9s} {'s fp32':>7s} {'s bf16':>7s}  safe")
+    print(f"\nreduced precision vs float32 decisions (engine in-process, one run; safe = agreement "
+          f">= {SAFE:.0%}; speed = fp32 s / reduced s on the same items)")
+    hdr = (f"  {'model':14s} {'dtype':8s} {'task':36s} {'n':>5s} {'flips':>5s} {'agree':>8s} "
+           f"{'acc32':>6s} {'acc':>6s} {'mean|dNLL|':>10s} {'max|dNLL|':>9s} {'s fp32':>7s} {'s low':>7s} "
+           f"{'speed':>6s}  safe")
     print(hdr)
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     for r in rows:
-        print(f"  {r['model']:14s} {r['task']:36s} {r['decisions']:5d} {r['flips']:5d} {r['agreement']:8.3%} "
-              f"{r['fp32_accuracy']:6.3f} {r['bf16_accuracy']:6.3f} {r['mean_abs_dnll']:10.4f} "
-              f"{r['max_abs_dnll']:9.4f} {r['fp32_s']:7.2f} {r['bf16_s']:7.2f}  {'yes' if r['safe'] else 'NO'}")
+        print(f"  {r['model']:14s} {r['dtype']:8s} {r['task']:36s} {r['decisions']:5d} {r['flips']:5d} "
+              f"{r['agreement']:8.3%} {fmt(r['fp32_accuracy']):>6s} {fmt(r['low_accuracy']):>6s} "
+              f"{r['mean_abs_dnll']:10.4f} {r['max_abs_dnll']:9.4f} {r['fp32_s']:7.2f} {r['low_s']:7.2f} "
+              f"{r['fp32_s'] / r['low_s']:6.2f}  {'yes' if r['safe'] else 'NO'}")
     if mutual is None:
         print(f"  (MuTual skipped: {MUTUAL_DEV} is absent)")
     if args.json:

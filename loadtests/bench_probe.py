@@ -19,6 +19,16 @@ Methods (all score the same token ids; NLLs are checked against (c) to 1e-4 in f
   (d) engine+reuse  the same with shared-prefix reuse on (the default);
   (e) HTTP       POST /v1/nll through the Ray Serve application on loopback (gateway + one model
                  replica, reuse on), requests of whole explanation groups from concurrent clients.
+  (f) engine int8   (d) with the registry's ``dtype: int8`` (int8 body linears, float32 head and
+                 log-softmax; services/dialscore_server/checkpoints/quantize.py);
+  (g) CT2 fp32   CTranslate2 ``Generator.score_batch`` on the same token ids (as token strings),
+                 batches of the engine's token budget in tokens, same threads, float32
+                 (loadtests/ct2_peer.py; bench environment only: loadtests/requirements-bench.txt);
+  (h) CT2 int8   the same with ``compute_type="int8"``.
+
+Reduced-precision rows ((f), (h)) report, besides max|dNLL| against (c), the pair-decision
+agreement with (c): the share of (valid, corruption) pairs ordered the same way (valid scored
+lower or not). Run with ``--dtype float32`` for these rows.
 
 Columns: pairs/s, items/s, item tokens/s (source + target of every item: the same work measure
 for every method), computed tokens/s (positions the model actually ran, padding excluded),
@@ -266,6 +276,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-lmeval", action="store_true", help="skip (b)")
     p.add_argument("--no-naive", action="store_true", help="skip (a)")
     p.add_argument("--no-http", action="store_true", help="skip (e)")
+    p.add_argument("--no-int8", action="store_true", help="skip (f)")
+    p.add_argument("--no-ct2", action="store_true", help="skip (g) and (h)")
     p.add_argument("--groups-per-request", type=int, default=4, help="(e): explanation groups per request")
     p.add_argument("--clients", type=int, default=4, help="(e): concurrent HTTP clients")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
@@ -315,6 +327,36 @@ def main(argv=None) -> int:
     src_mean = statistics.fmean(len(e.source_ids) for e in encoded)
     tgt_mean = statistics.fmean(len(e.target_ids) for e in encoded)
 
+    # Probe pairs as item indices: each group's first item is the valid explanation.
+    pair_index, start = [], 0
+    for size in sizes:
+        pair_index += [(start, start + j) for j in range(1, size)]
+        start += size
+
+    # (f) int8 engine and (g)/(h) CTranslate2: float32 runs only (they are compared with (c)).
+    engine_int8 = None
+    if not args.no_int8 and args.dtype == "float32" and device == "cpu":
+        int8_config = config.model_copy(update={"dtype": "int8"})
+        engine_int8 = NLLEngine(int8_config, token_budget=args.token_budget,
+                                num_threads=args.threads, prefix_reuse=True)
+        engine_int8.score_encoded(encoded[:14])
+    ct2 = {}
+    ct2_note = ""
+    if not args.no_ct2 and args.dtype == "float32" and device == "cpu":
+        from loadtests.ct2_peer import Ct2Scorer, available, convert
+
+        ct2_note = available() or ""
+        if not ct2_note:
+            ct2_path = convert(source, work / f"ct2-{args.model}")
+            for ct in ("float32", "int8"):
+                ct2[ct] = Ct2Scorer(ct2_path, ct, args.threads, stats_budget, engine_plain.tokenizer)
+            ct2_tokens = ct2["float32"].strings(encoded)
+            ct2_lengths = [len(e.target_ids) for e in encoded]
+            for sc in ct2.values():
+                sc.nlls(ct2_tokens[:14], ct2_lengths[:14])
+    elif args.no_ct2:
+        ct2_note = "skipped (--no-ct2)"
+
     peak = [peak_matmul(args.dtype, device)]
     peak_onednn = [peak_onednn_linear(args.dtype, device)]
     rows: dict[str, dict] = {}
@@ -343,6 +385,13 @@ def main(argv=None) -> int:
         (res, stats_reuse), t = timed(lambda: engine_reuse.score_encoded(encoded), device)
         nlls["reuse"] = [r.nll for r in res]
         timings["reuse"].append(t)
+        if engine_int8 is not None:
+            (res, stats_int8), t = timed(lambda: engine_int8.score_encoded(encoded), device)
+            nlls["int8"] = [r.nll for r in res]
+            timings["int8"].append(t)
+        for ct, sc in ct2.items():
+            nlls[f"ct2_{ct}"], t = timed(lambda: sc.nlls(ct2_tokens, ct2_lengths), device)
+            timings[f"ct2_{ct}"].append(t)
 
     # (b) lm-evaluation-harness, in this process, same threads, its own copy of the checkpoint.
     lmeval_note = ""
@@ -405,7 +454,13 @@ def main(argv=None) -> int:
         comparable["lmeval"] = lm_same
     worst = {k: max((abs(a - b) for a, b, c in zip(v, ref, comparable[k]) if c), default=0.0)
              for k, v in nlls.items()}
-    ok = all(w <= TOLERANCE for w in worst.values()) if args.dtype == "float32" else True
+    reduced = {"int8", "ct2_int8"}
+    ok = (all(w <= TOLERANCE for k, w in worst.items() if k not in reduced)
+          if args.dtype == "float32" else True)
+
+    def agreement(key):
+        a, b = nlls["engine"], nlls[key]
+        return statistics.fmean((a[i] < a[j]) == (b[i] < b[j]) for i, j in pair_index)
 
     def row(key, name, computed, projected, padded):
         t = min(timings[key])
@@ -415,6 +470,7 @@ def main(argv=None) -> int:
             "items_s": n / t, "item_tokens_s": item_tokens / t, "computed_tokens_s": computed / t,
             "padding_waste": None if padded is None else 1 - computed / padded,
             "mfu": flops / t / peak_flops, "max_abs_diff": worst.get(key),
+            "pair_agreement": agreement(key) if key in nlls else None,
         }
 
     if "naive" in timings:
@@ -432,6 +488,16 @@ def main(argv=None) -> int:
         stats_reuse.padded_tokens)
     if "http" in timings:
         row("http", "(e) HTTP via Ray Serve, reuse on", stats_reuse.real_tokens, target_tokens, None)
+    if "int8" in timings:
+        row("int8", "(f) engine int8, prefix reuse on", stats_int8.real_tokens, target_tokens,
+            stats_int8.padded_tokens)
+    # CTranslate2 computes every position of every item and projects all but the first to the
+    # vocabulary (its padding is unknown: "-").
+    ct2_projected = item_tokens - n
+    if "ct2_float32" in timings:
+        row("ct2_float32", "(g) CTranslate2 float32 score_batch", item_tokens, ct2_projected, None)
+    if "ct2_int8" in timings:
+        row("ct2_int8", "(h) CTranslate2 int8 score_batch", item_tokens, ct2_projected, None)
 
     print(f"model   : {args.model}: {source} ({n_body / 1e6:.0f}M non-embedding params, width "
           f"{mcfg.n_embd}, {mcfg.n_layer} layers, vocab {mcfg.vocab_size}), {args.dtype} on {device}")
@@ -446,7 +512,7 @@ def main(argv=None) -> int:
           f"{args.repeat_engine} for (c)/(d)/(e)")
     print()
     hdr = (f"{'method':40s} {'s':>7s} {'pairs/s':>8s} {'items/s':>8s} {'itok/s':>8s} {'ctok/s':>8s} "
-           f"{'pad':>6s} {'x naive':>7s} {'x lmev':>7s} {'MFU':>6s} {'max|dNLL|':>9s}")
+           f"{'pad':>6s} {'x naive':>7s} {'x lmev':>7s} {'MFU':>6s} {'max|dNLL|':>9s} {'pairs=':>7s}")
     print(hdr)
     print("-" * len(hdr))
     for key, r in rows.items():
@@ -457,7 +523,7 @@ def main(argv=None) -> int:
         print(f"{r['method']:40s} {r['seconds']:7.2f} {r['pairs_s']:8.1f} {r['items_s']:8.1f} "
               f"{r['item_tokens_s']:8.0f} {r['computed_tokens_s']:8.0f} {pad:>6s} "
               f"{'-' if xn is None else f'{xn:.2f}':>7s} {'-' if xl is None else f'{xl:.2f}':>7s} "
-              f"{r['mfu']:6.1%} {diff:>9s}")
+              f"{r['mfu']:6.1%} {diff:>9s} {r['pair_agreement']:7.2%}")
     print()
     print(f"(d) prefix groups {stats_reuse.shared_groups}, items in groups {stats_reuse.shared_items}, "
           f"prefix tokens computed once {stats_reuse.shared_prefix_tokens}; computed {stats_reuse.real_tokens} "
@@ -470,6 +536,15 @@ def main(argv=None) -> int:
     else:
         print(f"(b) {lmeval_note}")
     print(http_note)
+    print("pairs=: share of the %d (valid, corruption) pairs ordered as by (c)" % len(pair_index))
+    if ct2_note:
+        print(f"(g)/(h) {ct2_note}")
+    if "int8" in rows and "ct2_int8" in rows:
+        print(f"(f) engine int8 / (h) CTranslate2 int8: "
+              f"{rows['int8']['pairs_s'] / rows['ct2_int8']['pairs_s']:.2f}x pairs/s (target >= 2), "
+              f"pair agreement {rows['int8']['pair_agreement']:.2%} vs "
+              f"{rows['ct2_int8']['pair_agreement']:.2%}; (d) float32 / (g) CTranslate2 float32: "
+              f"{rows['reuse']['pairs_s'] / rows['ct2_float32']['pairs_s']:.2f}x")
     if "http" in rows:
         local = min(timings["reuse_beside_http"])
         rows["http"]["in_process_beside_s"] = local

@@ -123,7 +123,29 @@ def test_stand_in_registry_loads_every_entry_as_stand_in(stand_in_registry):
     for cfg in stand_in_registry:
         loaded = load_model(cfg)
         assert loaded.stand_in and loaded.device == "cpu"
-        assert loaded.resolved_revision is None  # a local path has no hub revision
+        # A local path has no hub revision: its revision is the hash of its files.
+        assert loaded.resolved_revision.startswith("sha256:") and len(loaded.resolved_revision) == 23
+
+
+def test_a_changed_local_checkpoint_gets_another_revision(stand_ins, tmp_path):
+    """Re-training in place changes the revision (so cached scores are not reused); copying the
+    folder elsewhere does not; hidden files (caches, .git) do not count."""
+    import shutil
+
+    from dialscore_server.checkpoints.content_hash import folder_revision
+
+    copy = tmp_path / "ckpt"
+    shutil.copytree(stand_ins / "nli-contradiction-first", copy)
+    original = folder_revision(stand_ins / "nli-contradiction-first")
+    assert folder_revision(copy) == original
+    (copy / ".cache").mkdir()
+    (copy / ".cache" / "x").write_text("y")
+    assert folder_revision(copy) == original
+    weights = next(p for p in copy.iterdir() if p.suffix in (".safetensors", ".bin"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    assert folder_revision(copy) != original
 
 
 def test_marker_detected_even_when_config_does_not_say(stand_in_registry):

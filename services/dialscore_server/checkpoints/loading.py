@@ -15,7 +15,8 @@ from typing import Any
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.checkpoints.standins import is_stand_in
 
-_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+#: The dtype weights are loaded in; int8 models load in float32 and are then quantized.
+_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "int8": "float32"}
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,9 @@ def set_threads(num_threads: int | None) -> int:
 
 
 def load_model(config: ModelConfig) -> LoadedModel:
-    """Load `config`'s tokenizer and model with `from_pretrained`, in eval mode, on its device."""
+    """Load `config`'s tokenizer and model with `from_pretrained`, in eval mode, on its device
+    (``dtype: int8``: loaded in float32, then the body quantized by
+    :func:`~dialscore_server.checkpoints.quantize.quantize_int8`)."""
     import torch
     from transformers import (
         AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification,
@@ -72,22 +75,34 @@ def load_model(config: ModelConfig) -> LoadedModel:
             f"model {config.name!r}: dtype float16 needs a CUDA device (got {device!r}); "
             "use bfloat16 on CPU"
         )
+    if config.dtype == "int8" and not device.startswith("cpu"):
+        raise ValueError(
+            f"model {config.name!r}: dtype int8 runs on CPU only (got {device!r}); "
+            "use bfloat16 or float16 on a GPU"
+        )
     tokenizer = AutoTokenizer.from_pretrained(config.source, **kwargs)
     model = auto.from_pretrained(config.source, dtype=getattr(torch, _DTYPES[config.dtype]), **kwargs)
     model.to(device).eval()
+    if config.dtype == "int8":
+        from dialscore_server.checkpoints.quantize import quantize_int8
+
+        quantize_int8(model)
     stand_in = config.stand_in or _carries_marker(config)
     return LoadedModel(config, model, tokenizer, device, stand_in, _resolved_revision(config, model))
 
 
 def _resolved_revision(config: ModelConfig, model: Any) -> str | None:
-    """The commit a hub id was loaded from (None for local paths).
+    """The commit a hub id was loaded from; for a local path, the hash of its files
+    (:func:`~dialscore_server.checkpoints.content_hash.folder_revision`).
 
     transformers 5 no longer sets ``config._commit_hash``; the commit is the name of the cache
     snapshot folder that holds the loaded ``config.json`` (``.../snapshots/<commit>/config.json``).
     Falls back to the requested revision when the cache cannot tell.
     """
     if config.is_local:
-        return None
+        from dialscore_server.checkpoints.content_hash import folder_revision
+
+        return folder_revision(config.source)
     legacy = getattr(model.config, "_commit_hash", None)
     if legacy:
         return legacy

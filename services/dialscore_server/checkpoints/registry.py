@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dialscore.model_card import DialogueFormat, Family
 
-DType = Literal["float32", "bfloat16", "float16"]
+DType = Literal["float32", "bfloat16", "float16", "int8"]
 
 
 class _Strict(BaseModel):
@@ -56,7 +56,11 @@ class ModelConfig(_Strict):
         description="Window in tokens: source + target for causal models; each side for seq2seq; the "
         "pair for classifiers."
     )
-    dtype: DType = Field("float32", description="Weights' dtype; log-softmax is always float32.")
+    dtype: DType = Field(
+        "float32",
+        description="Weights' dtype; log-softmax is always float32. `int8` (CPU only): the "
+        "transformer body's linear layers get int8 weights (dynamic quantization); embeddings, "
+        "norms, the output head and the log-softmax stay float32.")
     device: str = Field("auto", description="`auto` = CUDA when present, else CPU; or `cpu`, `cuda:0`...")
     stand_in: bool = Field(
         False,
