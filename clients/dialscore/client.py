@@ -21,8 +21,18 @@ Behaviour:
   request in flight) and dropped or failed connections, resets included (httpx's
   ``NetworkError``, ``RemoteProtocolError`` and ``TimeoutException``) are retried with exponential backoff and full jitter (a delay drawn uniformly from
   ``[0, min(backoff_max, backoff_base * 2**(attempt-1))]``); a ``Retry-After`` header (seconds or
-  an HTTP date) replaces the drawn delay. Validation errors (422) and the other 4xx are never
-  retried. Every endpoint is a pure function of its input, so re-sending a POST is safe.
+  an HTTP date) replaces the drawn delay, plus a random extra of up to ``retry_after_jitter`` of
+  it (so clients told the same Retry-After do not come back in step). Validation errors (422) and
+  the other 4xx are never retried. Every endpoint is a pure function of its input, so re-sending
+  a POST is safe; but a request the server may still be computing is not re-sent: a 408 is
+  retried only when the server says it dropped the work (``x-work-dropped: true``, which the
+  gateway sends with its own deadline 408), and a read or write timeout of this client only with
+  ``retry_read_timeouts``.
+* **Retry budget** (:class:`~dialscore.retry_budget.RetryBudget`, one per client unless given,
+  shared by all its calls and threads): gRPC-style retry throttling, by default
+  ``2 * max_attempts * max_concurrency`` tokens (retries stop after about ``max_attempts`` failed
+  attempts per concurrent slot with no success between) and 0.5 token back per success. When
+  it is spent, the call raises :class:`~dialscore.errors.RetryBudgetExhaustedError`.
 * **Concurrency**: at most ``max_concurrency`` requests of one client are in flight at once
   (an ``asyncio.Semaphore`` in the async client, a thread semaphore in the sync one); a request
   waiting out its backoff does not hold a slot.
@@ -68,9 +78,11 @@ from dialscore.errors import (
     APITimeoutError,
     PayloadTooLargeError,
     ResponseValidationError,
+    RetryBudgetExhaustedError,
     error_class,
 )
 from dialscore.model_card import ModelCard
+from dialscore.retry_budget import RetryBudget
 from dialscore.types import (
     ContradictionResponse,
     Health,
@@ -123,6 +135,11 @@ class RetryPolicy:
     max_retry_after: float = 120.0
     retry_statuses: frozenset[int] = frozenset({408, 424, 429, 502, 503, 504})
     retry_connection_errors: bool = True
+    #: A Retry-After of ``s`` seconds waits ``s * (1 + U(0, retry_after_jitter))``.
+    retry_after_jitter: float = 0.25
+    #: Re-send after this client's own read/write timeout (the server may still be computing the
+    #: first request: off by default). Connect and pool timeouts are always retried.
+    retry_read_timeouts: bool = False
     #: Retry a 500 that lacks the service's ``x-error-type`` header: Serve's proxy answers a plain
     #: 500 when the gateway replica handling the request dies (node loss, replica crash). Safe
     #: because every endpoint is a pure function of its input. The service's own 500
@@ -130,7 +147,11 @@ class RetryPolicy:
     retry_proxy_500: bool = True
 
     def retries(self, response: httpx.Response) -> bool:
-        """Whether this response's status is worth another attempt."""
+        """Whether this response's status is worth another attempt (a 408 only when the server
+        says it dropped the work)."""
+        if response.status_code == 408:
+            return 408 in self.retry_statuses and (
+                response.headers.get("x-work-dropped", "").lower() == "true")
         if response.status_code in self.retry_statuses:
             return True
         return (self.retry_proxy_500 and response.status_code == 500
@@ -143,6 +164,9 @@ class RetryPolicy:
 
 
 NO_RETRY = RetryPolicy(max_attempts=1)
+
+#: What a retry decision returns when the retry budget forbids the retry.
+BUDGET_SPENT = -1.0
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -219,7 +243,7 @@ class _BaseClient:
     def __init__(self, base_url: str | None = None, *, token: str | None = None,
                  timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT,
                  retry: RetryPolicy | None = None, max_concurrency: int = 8,
-                 headers: Mapping[str, str] | None = None):
+                 headers: Mapping[str, str] | None = None, retry_budget: RetryBudget | None = None):
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
         self.base_url = (base_url or os.environ.get("DIALSCORE_URL") or DEFAULT_URL).rstrip("/")
@@ -230,6 +254,11 @@ class _BaseClient:
         self.headers.update(headers or {})
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
+        # Default: about max_attempts failed attempts per concurrent slot before retries stop, so
+        # one call keeps its max_attempts and a replica restart under full concurrency is ridden
+        # out, while a client whose calls keep failing stops multiplying its traffic.
+        self.retry_budget = retry_budget if retry_budget is not None else RetryBudget(
+            max_tokens=float(2 * self.retry.max_attempts * max_concurrency), token_ratio=0.5)
         self.max_concurrency = max_concurrency
         self._rng = random.Random()
         self._published_limits: PublishedLimits | None = None
@@ -292,12 +321,22 @@ class _BaseClient:
     # -- retry decisions -----------------------------------------------------------------------
 
     def _delay_after_response(self, response: httpx.Response, attempt: int) -> float | None:
-        """Seconds to wait before re-sending, or None to stop here."""
-        if not self.retry.retries(response) or attempt >= self.retry.max_attempts:
+        """Seconds to wait before re-sending, None to stop here, or BUDGET_SPENT."""
+        if not self.retry.retries(response):
+            if response.status_code < 500 and response.status_code not in self.retry.retry_statuses:
+                self.retry_budget.on_success()
             return None
+        allowed = self.retry_budget.on_failure()
+        if attempt >= self.retry.max_attempts:
+            return None
+        if not allowed:
+            log.warning("%s %s -> %d; not retried: the retry budget is spent",
+                        response.request.method, response.request.url.path, response.status_code)
+            return BUDGET_SPENT
         retry_after = parse_retry_after(response.headers.get("Retry-After"))
         if retry_after is not None:
-            delay = min(retry_after, self.retry.max_retry_after)
+            delay = min(retry_after * (1 + self._rng.uniform(0, self.retry.retry_after_jitter)),
+                        self.retry.max_retry_after)
         else:
             delay = self.retry.backoff(attempt, self._rng)
         log.warning("%s %s -> %d; retry %d/%d in %.2f s", response.request.method,
@@ -307,13 +346,31 @@ class _BaseClient:
 
     def _delay_after_exception(self, exc: httpx.TransportError, request: httpx.Request,
                                attempt: int) -> float | None:
-        if (not self.retry.retry_connection_errors or attempt >= self.retry.max_attempts
-                or not isinstance(exc, RETRYABLE_TRANSPORT_ERRORS)):
+        if (not self.retry.retry_connection_errors
+                or not isinstance(exc, RETRYABLE_TRANSPORT_ERRORS)
+                or (isinstance(exc, (httpx.ReadTimeout, httpx.WriteTimeout))
+                    and not self.retry.retry_read_timeouts)):
             return None
+        allowed = self.retry_budget.on_failure()
+        if attempt >= self.retry.max_attempts:
+            return None
+        if not allowed:
+            log.warning("%s %s: %s; not retried: the retry budget is spent", request.method,
+                        request.url.path, type(exc).__name__)
+            return BUDGET_SPENT
         delay = self.retry.backoff(attempt, self._rng)
         log.warning("%s %s: %s (%s); retry %d/%d in %.2f s", request.method, request.url.path,
                     type(exc).__name__, exc, attempt, self.retry.max_attempts - 1, delay)
         return delay
+
+    def _budget_error(self, request: httpx.Request, attempt: int,
+                      response: httpx.Response | None = None) -> RetryBudgetExhaustedError:
+        what = f"HTTP {response.status_code}" if response is not None else "connection failure"
+        return RetryBudgetExhaustedError(
+            f"{request.method} {request.url}: {what} not retried: this client's retry budget is "
+            f"spent ({self.retry_budget.tokens:.1f} of {self.retry_budget.max_tokens:g} tokens; most "
+            "recent attempts failed). The service is failing or shedding load: stop and resume "
+            "later.", request=request, response=response, attempts=attempt)
 
     @staticmethod
     def _connection_error(exc: httpx.TransportError, request: httpx.Request,
@@ -377,16 +434,18 @@ class DialscoreClient(_BaseClient):
 
     Arguments: ``base_url`` (default ``$DIALSCORE_URL`` or ``http://127.0.0.1:8000``),
     ``token`` (default ``$DIALSCORE_TOKEN``), ``timeout`` (seconds or ``httpx.Timeout``),
-    ``retry`` (:class:`RetryPolicy`), ``max_concurrency``, ``headers``, ``transport``.
+    ``retry`` (:class:`RetryPolicy`), ``max_concurrency``, ``headers``, ``transport``,
+    ``retry_budget`` (:class:`~dialscore.retry_budget.RetryBudget`; pass one instance to several
+    clients to share it).
     """
 
     def __init__(self, base_url: str | None = None, *, token: str | None = None,
                  timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT,
                  retry: RetryPolicy | None = None, max_concurrency: int = 8,
                  headers: Mapping[str, str] | None = None,
-                 transport: httpx.BaseTransport | None = None):
+                 transport: httpx.BaseTransport | None = None, retry_budget: RetryBudget | None = None):
         super().__init__(base_url, token=token, timeout=timeout, retry=retry,
-                         max_concurrency=max_concurrency, headers=headers)
+                         max_concurrency=max_concurrency, headers=headers, retry_budget=retry_budget)
         self._limit = threading.BoundedSemaphore(max_concurrency)
         self._limits_fetch_lock = threading.Lock()
         self._http = httpx.Client(
@@ -420,11 +479,17 @@ class DialscoreClient(_BaseClient):
                 delay = self._delay_after_exception(exc, request, attempt)
                 if delay is None:
                     raise self._connection_error(exc, request, attempt) from exc
+                if delay == BUDGET_SPENT:
+                    raise self._budget_error(request, attempt) from self._connection_error(
+                        exc, request, attempt)
                 self._sleep(delay)
                 continue
             delay = self._delay_after_response(response, attempt)
             if delay is None:
                 return response, attempt
+            if delay == BUDGET_SPENT:
+                raise self._budget_error(request, attempt, response) from self._status_error(
+                    response, attempt)
             response.close()
             self._sleep(delay)
 
@@ -569,9 +634,9 @@ class AsyncDialscoreClient(_BaseClient):
                  timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT,
                  retry: RetryPolicy | None = None, max_concurrency: int = 8,
                  headers: Mapping[str, str] | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None):
+                 transport: httpx.AsyncBaseTransport | None = None, retry_budget: RetryBudget | None = None):
         super().__init__(base_url, token=token, timeout=timeout, retry=retry,
-                         max_concurrency=max_concurrency, headers=headers)
+                         max_concurrency=max_concurrency, headers=headers, retry_budget=retry_budget)
         self._limit = asyncio.Semaphore(max_concurrency)
         self._limits_fetch_lock = asyncio.Lock()
         self._http = httpx.AsyncClient(
@@ -601,11 +666,17 @@ class AsyncDialscoreClient(_BaseClient):
                 delay = self._delay_after_exception(exc, request, attempt)
                 if delay is None:
                     raise self._connection_error(exc, request, attempt) from exc
+                if delay == BUDGET_SPENT:
+                    raise self._budget_error(request, attempt) from self._connection_error(
+                        exc, request, attempt)
                 await self._sleep(delay)
                 continue
             delay = self._delay_after_response(response, attempt)
             if delay is None:
                 return response, attempt
+            if delay == BUDGET_SPENT:
+                raise self._budget_error(request, attempt, response) from self._status_error(
+                    response, attempt)
             await response.aclose()
             await self._sleep(delay)
 

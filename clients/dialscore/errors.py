@@ -154,3 +154,11 @@ def error_class(status: int, type: str | None) -> type[APIStatusError]:
     if status in BY_STATUS:
         return BY_STATUS[status]
     return InternalServerError if status >= 500 else APIStatusError
+
+
+class RetryBudgetExhaustedError(DialscoreError):
+    """A retryable failure was not retried because the client's retry budget
+    (:class:`~dialscore.retry_budget.RetryBudget`, shared across calls) is spent: most recent
+    calls failed. ``__cause__`` is the error of the last attempt. Stop and resume later (probe and
+    evaluation runs resume from their run directory)."""
+

@@ -179,6 +179,24 @@ IN_FLIGHT = Metric("gauge", "dialscore_queue_length",
                    "Requests sent to a model deployment and not yet answered (per gateway replica).",
                    ["model"])
 
+SLOW_CLIENTS = Metric(
+    "counter", "dialscore_slow_clients_total",
+    "Requests refused because the client was too slow: `body` = the whole body did not arrive "
+    "within body_timeout_s (408).", ["kind"])
+WORK_IN_FLIGHT = Metric(
+    "gauge", "dialscore_work_in_flight",
+    "Work admitted on a model replica and not yet computed or dropped, in `unit` (pairs).",
+    ["model", "unit"])
+WORK_DONE = Metric("counter", "dialscore_work_done_total",
+                   "Work computed on a model replica for a request still waiting, in `unit`.",
+                   ["model", "unit"])
+WORK_ABANDONED = Metric(
+    "counter", "dialscore_work_abandoned_total",
+    "Work dropped on a model replica because its request was cancelled (client gone or deadline "
+    "passed), in `unit`: `dropped` was never computed, `wasted` was computed for nobody (the "
+    "chunk that was running when the request was cancelled).", ["model", "unit", "kind"])
+
 #: Every metric, for the dashboard test and documentation.
 ALL: tuple[Metric, ...] = (REQUESTS, ERRORS, LATENCY, ITEMS, TOKENS, BATCH_SIZE, BATCH_REQUESTS,
-                           BATCH_TOKENS, PADDING_WASTE, REUSED_TOKENS, IN_FLIGHT)
+                           BATCH_TOKENS, PADDING_WASTE, REUSED_TOKENS, IN_FLIGHT, SLOW_CLIENTS, WORK_IN_FLIGHT,
+                           WORK_DONE, WORK_ABANDONED)

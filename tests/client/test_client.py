@@ -19,6 +19,7 @@ from dialscore.client import (
     parse_retry_after,
     plan_chunks,
 )
+from dialscore.retry_budget import RetryBudget
 from dialscore.types import NLLItem, Turn
 from fake_api import FakeAPI, error
 
@@ -185,7 +186,9 @@ def test_503_with_retry_after_is_honoured_then_succeeds():
     client, slept = sync_client(handler)
     out = client.nll("m", ITEMS)
     assert out.results[0].nll == 1.0
-    assert slept == [2.0, 0.5] and len(handler.requests) == 3
+    assert len(handler.requests) == 3
+    # Retry-After plus up to retry_after_jitter (25%) of it, so clients do not come back in step.
+    assert 2.0 <= slept[0] <= 2.5 and 0.5 <= slept[1] <= 0.625
 
 
 def test_503_until_retries_run_out_raises_overloaded_with_retry_after():
@@ -193,7 +196,7 @@ def test_503_until_retries_run_out_raises_overloaded_with_retry_after():
     client, slept = sync_client(handler, retry=RetryPolicy(max_attempts=3))
     with pytest.raises(errors.OverloadedError) as info:
         client.nll("m", ITEMS)
-    assert len(handler.requests) == 3 and slept == [1.0, 1.0]
+    assert len(handler.requests) == 3 and all(1.0 <= d <= 1.25 for d in slept) and len(slept) == 2
     assert info.value.retry_after == 1.0 and info.value.attempts == 3 and info.value.status_code == 503
     assert isinstance(info.value, errors.RetryableError)
 
@@ -206,7 +209,7 @@ def test_retry_after_is_capped():
 
 
 @pytest.mark.parametrize("status,type_,cls", [
-    (408, "timeout", errors.RequestTimeoutError),
+    (408, "timeout", errors.RequestTimeoutError),  # the gateway's: x-work-dropped: true
     (424, "model_error", errors.ModelError),
     (429, None, errors.RateLimitError),
 ])
@@ -260,7 +263,7 @@ def test_proxy_500_is_retried_but_the_services_own_500_is_not():
     httpx.ReadError("connection reset by peer"),
     httpx.RemoteProtocolError("server disconnected without sending a response"),
     httpx.ConnectError("connection refused"),
-    httpx.ReadTimeout("timed out"),
+    httpx.ConnectTimeout("timed out"),
 ])
 def test_dropped_connections_are_retried(exc):
     handler = Script(exc, nll_ok)
@@ -280,6 +283,49 @@ def test_connection_errors_after_retries_raise_api_connection_error():
     client, _ = sync_client(Script(httpx.ReadTimeout("slow")), retry=RetryPolicy(max_attempts=1))
     with pytest.raises(errors.APITimeoutError):
         client.nll("m", ITEMS)
+
+
+def test_work_the_server_may_still_be_computing_is_not_resent():
+    """A 408 without the server's word that it dropped the work (a proxy's own deadline), and
+    this client's read timeout, are not retried: the first request may still be computing."""
+    handler = Script(httpx.Response(408, text="Request Timeout"), nll_ok)  # e.g. Serve's proxy
+    client, slept = sync_client(handler)
+    with pytest.raises(errors.RequestTimeoutError):
+        client.nll("m", ITEMS)
+    assert len(handler.requests) == 1 and slept == []
+    handler = Script(httpx.ReadTimeout("slow"), nll_ok)
+    client, slept = sync_client(handler)
+    with pytest.raises(errors.APITimeoutError):
+        client.nll("m", ITEMS)
+    assert len(handler.requests) == 1
+    client, slept = sync_client(Script(httpx.ReadTimeout("slow"), nll_ok),
+                                retry=RetryPolicy(retry_read_timeouts=True))
+    assert client.nll("m", ITEMS).results[0].nll == 1.0
+
+
+def test_retry_budget_is_shared_across_calls_and_recovers():
+    """Most attempts failing: after about max_tokens/2 failures, calls stop retrying and say why;
+    successes refill the bucket. One budget can be shared by several clients."""
+    budget = RetryBudget(max_tokens=6, token_ratio=0.5)
+    overloaded = error(503, "overloaded", "queue full", headers={"Retry-After": "1"})
+    handler = Script(*([overloaded] * 20))
+    client, slept = sync_client(handler, retry=RetryPolicy(max_attempts=10), retry_budget=budget)
+    with pytest.raises(errors.RetryBudgetExhaustedError) as info:
+        client.nll("m", ITEMS)
+    # tokens 6 -> 5 -> 4 -> 3: the third failure leaves half and is not retried
+    assert len(handler.requests) == 3 and len(slept) == 2
+    assert "retry budget is spent" in info.value.message and "resume later" in info.value.message
+    assert isinstance(info.value.__cause__, errors.OverloadedError)
+    other, slept = sync_client(Script(overloaded, nll_ok), retry_budget=budget)
+    with pytest.raises(errors.RetryBudgetExhaustedError):
+        other.nll("m", ITEMS)  # another call, another client: the same spent budget
+    assert slept == []
+    refill, _ = sync_client(Script(*([nll_ok] * 6)), retry_budget=budget)
+    for _ in range(6):
+        refill.nll("m", ITEMS)
+    assert not budget.exhausted
+    again, slept = sync_client(Script(overloaded, nll_ok), retry_budget=budget)
+    assert again.nll("m", ITEMS).results[0].nll == 1.0 and len(slept) == 1
 
 
 def test_parse_retry_after_forms():
@@ -412,7 +458,7 @@ def test_async_retries_errors_and_concurrency_limit():
             client._sleep = fake_sleep
             results = await client.nll_many("m", numbered(95), chunk_size=5)
             assert [r.nll for r in results] == [float(i) for i in range(95)]
-            assert slept[0] == 1.5 and len(slept) == 2
+            assert 1.5 <= slept[0] <= 1.875 and len(slept) == 2  # Retry-After + jitter
             assert 1 < state["max"] <= 3
             bad = AsyncDialscoreClient("http://test", transport=httpx.MockTransport(
                 lambda r: error(422, "invalid_request", "no", "items[1].target")))

@@ -1,5 +1,5 @@
-"""The probe runner end to end against a fake server (httpx.MockTransport): items, outputs,
-orientation of the comparison, resume, the CLI."""
+"""The probe runner end to end against the fake API (tests/fake_api.py: the server's app over
+fake engines): items, outputs, orientation of the comparison, resume, the CLI."""
 
 from __future__ import annotations
 
@@ -167,6 +167,61 @@ def test_a_run_that_dies_halfway_resumes(small_data, tmp_path):
     with client_for(FakeAPI()) as client:
         third = run_probes(client, small_data, "fake-gpt", seed=2, out_dir=tmp_path / "run", **FAST)
     assert third.config["items_scored_now"] == 0
+
+
+def test_rows_that_parse_but_are_invalid_are_scored_again(small_data, tmp_path):
+    """A stored row with "nll": null (or a non-number, or no tokens) is not a score: resume sends
+    its item again and the report is built from the fresh score."""
+    with client_for(FakeAPI()) as client:
+        first = run_probes(client, small_data, "fake-gpt", seed=3, out_dir=tmp_path, **FAST)
+    scores = tmp_path / "scores.jsonl"
+    rows = [json.loads(line) for line in scores.read_text().splitlines()]
+    rows[0]["nll"] = None
+    rows[1]["nll"] = "1.5"
+    rows[2]["num_tokens"] = 0
+    scores.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    server = FakeAPI()
+    with client_for(server) as client:
+        again = run_probes(client, small_data, "fake-gpt", seed=3, out_dir=tmp_path, **FAST)
+    assert len(server.nll_items) == 3
+    assert again.config["torn_score_lines_ignored"] == 3
+    assert again.pairs == first.pairs
+
+
+def test_a_run_folder_is_locked_against_a_second_run(small_data, tmp_path):
+    from dialscore.reporting.run_lock import RunFolderInUse, RunLock
+
+    with RunLock(tmp_path):  # another run holds the folder
+        with client_for(FakeAPI()) as client, pytest.raises(RunFolderInUse, match="in use by another run"):
+            run_probes(client, small_data, "fake-gpt", seed=3, out_dir=tmp_path, **FAST)
+    with client_for(FakeAPI()) as client:  # released: the next run goes ahead, and releases it
+        run_probes(client, small_data, "fake-gpt", seed=3, out_dir=tmp_path, **FAST)
+        run_probes(client, small_data, "fake-gpt", seed=3, out_dir=tmp_path, **FAST)
+
+
+def test_writers_leave_a_live_processs_temporary_files_alone(tmp_path):
+    """write_outputs (through atomic writes) removes temporaries of dead writers only."""
+    import os
+    import subprocess
+    import sys
+
+    from dialscore.reporting.atomic import atomic_write_text
+
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        theirs = tmp_path / f".report.json.{live.pid}.abc.tmp"
+        theirs.write_text("half")
+        dead = tmp_path / ".report.json.999999999.def.tmp"
+        dead.write_text("stale")
+        legacy = tmp_path / ".report.json.xyz.tmp"
+        legacy.write_text("stale")
+        atomic_write_text(tmp_path / "report.json", "{}")
+        assert theirs.exists() and not dead.exists() and not legacy.exists()
+        assert (tmp_path / "report.json").read_text() == "{}"
+        assert not [p for p in tmp_path.iterdir() if str(os.getpid()) in p.name]
+    finally:
+        live.kill()
+        live.wait()
 
 
 def test_a_changed_model_revision_is_scored_afresh(small_data, tmp_path):

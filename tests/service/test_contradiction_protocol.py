@@ -9,7 +9,8 @@ from dialscore_server.contradiction.pairing import DetectionResult, Evidence, Tu
 from dialscore_server.contradiction.protocol import ContradictionRequest, ContradictionResponse
 from dialscore_server.contract.errors import ServiceError
 from dialscore_server.rerank.engine import RerankOutput, RerankResult, RerankWeights
-from dialscore_server.rerank.protocol import RerankRequest, RerankResponse, TEIRerankRequest
+from dialscore_server.rerank.protocol import RerankRequest, RerankResponse, RerankUsage
+from dialscore_server.rerank.tei_protocol import TEIRerankRequest
 from dialscore_server.contract.limits import Limits
 
 
@@ -80,10 +81,18 @@ def test_rerank_requests_validate():
                                         "weights": {"nll": 0.5}, "nll_model": "dialogpt-medium"})
     kw = req.engine_kwargs()
     assert kw["weights"] == RerankWeights(None, 0.5) and kw["speaker"] is None
-    # Fields TEI clients send are accepted.
+    # Fields TEI clients send are accepted, unknown ones ignored (as TEI does); what the
+    # detector cannot do is refused naming the field.
     tei = TEIRerankRequest.model_validate({"query": "q", "texts": ["a"], "truncate": True,
-                                           "truncation_direction": "Right", "raw_scores": False})
+                                           "truncation_direction": "Left", "raw_scores": False,
+                                           "some_future_field": 1})
     assert tei.engine_kwargs() == {"speaker": "A"}
+    tei.check_options()
+    right = TEIRerankRequest.model_validate({"query": "q", "texts": ["a"], "truncation_direction": "Right"})
+    with pytest.raises(ServiceError) as e:
+        right.check_options()
+    assert e.value.param == "truncation_direction"
+    assert TEIRerankRequest.model_validate({"query": "q", "documents": ["a", "b"]}).texts == ["a", "b"]
     assert errors(TEIRerankRequest, {"query": "q", "texts": []})[0]["loc"] == ("texts",)
 
 
@@ -98,8 +107,10 @@ def test_responses_from_engine_results():
     assert res.evidence_threshold == 0.4
     out = RerankOutput([RerankResult(1, -0.2, 0.2, False, (), 1.5)], RerankWeights(1.0, 0.1), "bot",
                        "structured")
-    body = RerankResponse.from_engine(out, model="m", stand_in=True, nll_model="g").model_dump(
+    body = RerankResponse.from_engine(out, model="m", stand_in=True, nll_model="g",
+                                      usage=RerankUsage(candidates=3, context_turns=2)).model_dump(
         exclude_none=True)
+    assert body["id"].startswith("rerank-") and body["usage"] == {"candidates": 3, "context_turns": 2}
     assert body["results"] == [{"index": 1, "score": -0.2, "contradiction_probability": 0.2,
                                 "is_contradiction": False, "evidence": [], "nll": 1.5}]
     assert body["weights"] == {"contradiction": 1.0, "nll": 0.1} and body["speaker"] == "bot"

@@ -21,6 +21,12 @@ pytestmark = pytest.mark.serve
 L = Limits()  # the served app uses the defaults
 T = "x" * L.max_text_chars  # a text at the limit
 TURN = {"speaker": 1, "text": "hi"}
+PAIRS_SIDE = 128  # 128 x 128 = the default max_request_pairs
+assert PAIRS_SIDE * PAIRS_SIDE == L.max_request_pairs
+#: 256 turns, speakers 1, 2, 1, 2...: the candidate speaker (1) has 128 earlier turns.
+ALTERNATING = [{"speaker": 1 + j % 2, "text": "hi"} for j in range(2 * PAIRS_SIDE)]
+LONG = "x" * (L.max_item_tokens + 10)  # an item counted as max_item_tokens
+TOKEN_ITEMS = L.max_request_tokens // L.max_item_tokens
 
 
 def nll(items, model="nope"):
@@ -41,6 +47,10 @@ def rerank(context, candidates, model="nope"):
 
 def tei(query, texts, model="nope"):
     return {"model": model, "query": query, "texts": texts}
+
+
+def cohere(query, documents, model="nope"):
+    return {"model": model, "query": query, "documents": documents}
 
 
 # (id, path, body over the limit, param named by the 413, the same body at the limit)
@@ -75,6 +85,27 @@ CASES = [
      tei("\n".join(["q"] * L.max_turns), ["c"])),
     ("tei query line chars", "/rerank", tei("hi\n" + T + "x", ["c"]), "query", tei("hi\n" + T, ["c"])),
     ("tei text chars", "/rerank", tei("q", [T + "x"]), "texts[0]", tei("q", [T])),
+    # Cost: work the request makes, counted from speakers and bytes before anything is queued.
+    ("contradiction pairs", "/v1/contradiction",
+     dialogues([{"turns": [TURN] * (PAIRS_SIDE + 1)}] * (PAIRS_SIDE + 1)), "dialogues",
+     dialogues([{"turns": [TURN] * (PAIRS_SIDE + 1)}] * PAIRS_SIDE)),
+    ("rerank pairs", "/v1/rerank", rerank(ALTERNATING, ["c"] * (PAIRS_SIDE + 1)), "candidates",
+     rerank(ALTERNATING, ["c"] * PAIRS_SIDE)),
+    ("tei pairs", "/rerank", tei("\n".join(["q"] * 2 * PAIRS_SIDE), ["c"] * (PAIRS_SIDE + 1)), "texts",
+     tei("\n".join(["q"] * 2 * PAIRS_SIDE), ["c"] * PAIRS_SIDE)),
+    ("cohere documents", "/v2/rerank", cohere("a\nb", ["c"] * (L.max_candidates + 1)), "documents",
+     cohere("a\nb", ["c"] * L.max_candidates)),
+    ("cohere document chars", "/v2/rerank", cohere("a\nb", ["c", T + "x"]), "documents[1]",
+     cohere("a\nb", ["c", T])),
+    ("cohere pairs", "/v2/rerank", cohere("\n".join(["q"] * 2 * PAIRS_SIDE), ["c"] * (PAIRS_SIDE + 1)),
+     "documents", cohere("\n".join(["q"] * 2 * PAIRS_SIDE), ["c"] * PAIRS_SIDE)),
+    ("nll tokens", "/v1/nll", nll([item(target=LONG)] * (TOKEN_ITEMS + 1)), "items",
+     nll([item(target=LONG)] * TOKEN_ITEMS)),
+    ("rerank id chars", "/v1/rerank", rerank([{"id": "i" * (L.max_id_chars + 1), **TURN}], ["c"]),
+     "context[0].id", rerank([{"id": "i" * L.max_id_chars, **TURN}], ["c"])),
+    ("contradiction speaker chars", "/v1/contradiction",
+     dialogues([{"turns": [{"speaker": "s" * (L.max_id_chars + 1), "text": "t"}]}]),
+     "dialogues[0].turns[0].speaker", dialogues([{"turns": [{"speaker": "s" * L.max_id_chars, "text": "t"}]}])),
 ]
 
 
@@ -106,7 +137,7 @@ def test_limits_are_checked_before_tokenization_for_a_served_model(served):
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
-@pytest.mark.parametrize("path", ["/v1/nll", "/v1/contradiction", "/v1/rerank", "/rerank"])
+@pytest.mark.parametrize("path", ["/v1/nll", "/v1/contradiction", "/v1/rerank", "/rerank", "/v2/rerank"])
 def test_body_bytes_limit_on_every_route(served, path, chunked):
     """Counted on the bytes received: a chunked body (no Content-Length) is cut off too."""
     raw = b'{"model": "' + b"x" * (L.max_body_bytes + 10) + b'"}'
@@ -142,11 +173,16 @@ def test_openapi_documents_every_limit_with_this_deployments_values(served):
     query = _prop(spec, "TEIRerankRequest", "query")
     assert "maxLength" not in query  # the query's limits are per line: documented, not a bound
     assert {x["name"] for x in query["x-limit"]} == {"max_turns", "max_text_chars"}
+    every = {"max_body_bytes", "max_json_values"}
     want = {
-        "/v1/nll": {"max_items", "max_turns", "max_text_chars", "max_body_bytes"},
-        "/v1/contradiction": {"max_dialogues", "max_turns", "max_text_chars", "max_body_bytes"},
-        "/v1/rerank": {"max_candidates", "max_turns", "max_text_chars", "max_body_bytes"},
-        "/rerank": {"max_candidates", "max_turns", "max_text_chars", "max_body_bytes"},
+        "/v1/nll": {"max_items", "max_turns", "max_text_chars", "max_request_tokens",
+                    "max_item_tokens"} | every,
+        "/v1/contradiction": {"max_dialogues", "max_turns", "max_text_chars", "max_request_pairs",
+                              "max_id_chars", "max_evidence"} | every,
+        "/v1/rerank": {"max_candidates", "max_turns", "max_text_chars", "max_request_pairs",
+                       "max_request_tokens", "max_item_tokens", "max_id_chars", "max_evidence"} | every,
+        "/rerank": {"max_candidates", "max_turns", "max_text_chars", "max_request_pairs"} | every,
+        "/v2/rerank": {"max_candidates", "max_turns", "max_text_chars", "max_request_pairs"} | every,
     }
     for path, names in want.items():
         op = spec["paths"][path]["post"]
@@ -159,7 +195,7 @@ def test_openapi_documents_every_limit_with_this_deployments_values(served):
 def test_limits_are_configurable_per_deployment():
     """Another deployment's limits (Serve YAML `args.limits`) are enforced and documented."""
     small = Limits(max_body_bytes=2000, max_items=3, max_turns=2, max_text_chars=10, max_dialogues=2,
-                   max_candidates=2)
+                   max_candidates=2, max_request_tokens=20, max_item_tokens=8, max_request_pairs=1)
     app = FakeAPI(limits=small).app
 
     async def go():
@@ -171,6 +207,9 @@ def test_limits_are_configurable_per_deployment():
                                ("/v1/contradiction", dialogues([{"turns": [TURN]}] * 3)),
                                ("/v1/rerank", rerank([], ["c"] * 3)), ("/rerank", tei("a\nb\nc", ["c"])),
                                ("/v1/nll", nll([item(target="x" * 10)] * 3)),
+                               ("/v1/contradiction", dialogues([{"turns": [TURN] * 2}] * 2)),
+                               ("/v1/rerank", rerank([TURN, {"speaker": 2, "text": "a"}], ["c"] * 2)),
+                               ("/v1/nll", nll([item(target="x" * 5)] * 3)),
                                ("/v1/nll", nll([item(context=["x" * 10] * 2)] * 3) | {"pad": "y" * 2000})]:
                 out.append((await c.post(path, json=body)).json()["error"])
             return out
@@ -183,6 +222,48 @@ def test_limits_are_configurable_per_deployment():
         ("payload_too_large", "items"), ("payload_too_large", "items[0].context"),
         ("payload_too_large", "items[0].target"), ("payload_too_large", "dialogues"),
         ("payload_too_large", "candidates"), ("payload_too_large", "query"),
-        ("unknown_model", "model"),  # at every limit: through to the model lookup
+        ("payload_too_large", "items"),  # 3 items x 8 tokens (capped) > 20 tokens
+        ("payload_too_large", "dialogues"),  # 2 pairs > 1
+        ("payload_too_large", "candidates"),  # 2 candidates x 1 turn of speaker 1 > 1 pair
+        ("unknown_model", "model"),  # at every limit (3 items x 6 tokens): to the model lookup
         ("payload_too_large", "body"),
     ]
+
+
+def test_cost_refusal_names_the_figure_and_happens_before_any_work(served):
+    """The 413 says what the request costs and what the limit is (for a served classifier)."""
+    over = dialogues([{"turns": [TURN] * (PAIRS_SIDE + 1)}] * (PAIRS_SIDE + 1), model="roberta-large-mnli")
+    r = httpx.post(f"{served.url}/v1/contradiction", json=over, timeout=60)
+    assert r.status_code == 413
+    msg = r.json()["error"]["message"]
+    assert f"costs {(PAIRS_SIDE + 1) * PAIRS_SIDE} NLI pairs" in msg and str(L.max_request_pairs) in msg
+
+
+def test_json_values_are_counted_before_parsing(served):
+    """A body of many small values is refused as a whole (param `body`) before it is parsed."""
+    body = b'{"model": "nope", "items": [' + b",".join([b"0"] * L.max_json_values) + b"]}"
+    r = httpx.post(f"{served.url}/v1/nll", content=body, headers={"content-type": "application/json"},
+                   timeout=60)
+    assert r.status_code == 413, r.text[:300]
+    assert r.json()["error"]["param"] == "body"
+    assert "max_json_values" in r.json()["error"]["message"]
+    deep = b'{"model": "nope", "items": ' + b"[" * 40 + b"]" * 40 + b"}"
+    r = httpx.post(f"{served.url}/v1/nll", content=deep, headers={"content-type": "application/json"},
+                   timeout=60)
+    assert r.status_code == 422 and "nested deeper" in r.json()["error"]["message"]
+
+
+def test_rerank_evidence_is_capped_whatever_the_context(served):
+    """Every context turn of the candidate speaker is evidence at evidence_threshold 0, yet each
+    result names at most max_evidence turns: the most probable, in dialogue order."""
+    context = [{"id": f"turn-{j}", "speaker": 1 + j % 2, "text": f"I have {j} dogs."} for j in range(80)]
+    body = {"model": "roberta-large-mnli", "context": context, "candidates": ["I have no dog.", "Hi."],
+            "evidence_threshold": 0.0, "speaker": 1}
+    r = httpx.post(f"{served.url}/v1/rerank", json=body, timeout=120)
+    assert r.status_code == 200, r.text[:300]
+    order = {c["id"]: j for j, c in enumerate(context)}
+    for result in r.json()["results"]:
+        ev = result["evidence"]
+        assert len(ev) == L.max_evidence
+        assert [order[e["turn"]] for e in ev] == sorted(order[e["turn"]] for e in ev)
+        assert max(e["probability"] for e in ev) == pytest.approx(result["contradiction_probability"])

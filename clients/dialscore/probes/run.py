@@ -21,7 +21,9 @@ provenance (name, source, revision, family, max_length, dtype, dialogue format),
 the context, the knowledge and the target. A re-run with the same inputs reads the file and
 sends only the items it lacks, so a run that dies halfway resumes instead of restarting; a
 server whose model changed (another revision or format) gets its items scored afresh. A torn
-last line (a crash mid-write) is ignored and its items re-scored.
+last line (a crash mid-write), or a line that parses but is not a valid row (``"nll": null``), is
+ignored and its items re-scored. The output folder is locked for the run
+(:class:`~dialscore.reporting.run_lock.RunLock`): a second run on it fails at once.
 
 Entry points: :func:`run_probes` (sync client) and :func:`arun_probes` (async client), both
 returning a :class:`~dialscore.probes.report.Report` whose files are written into ``out_dir``.
@@ -32,6 +34,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 import os
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -47,6 +50,7 @@ from dialscore.probes.data import Dialogue, load_dialogues
 from dialscore.probes.report import Report, ScoredPair, summarize, write_outputs
 from dialscore.reporting.envelope import Echo, RunEnvelope
 from dialscore.reporting.progress import Bar, NoBar, progress_bar
+from dialscore.reporting.run_lock import RunLock
 from dialscore.types import NLLResult
 
 __all__ = ["SETTINGS", "ProbeItem", "ProbePlan", "ScoreStore", "arun_probes", "plan_probes",
@@ -163,21 +167,27 @@ class ScoreStore:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.torn_lines = 0
+        self.invalid_lines = 0
+
+    @property
+    def torn_lines(self) -> int:
+        """Former name of :attr:`invalid_lines`."""
+        return self.invalid_lines
 
     def load(self) -> dict[str, dict[str, Any]]:
-        """Every stored row by id; unreadable lines (a crash mid-write) are counted and ignored."""
+        """Every valid stored row by id. A line that does not parse (a crash mid-write) or parses
+        but is not a valid row (no id, an ``nll`` that is null, not a number or not finite, a bad
+        ``num_tokens``) is counted in ``invalid_lines`` and ignored, so its item is scored again."""
         rows: dict[str, dict[str, Any]] = {}
         if not self.path.exists():
             return rows
         with open(self.path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
-                try:
-                    row = json.loads(line)
+                row = _valid_row(line)
+                if row is None:
+                    self.invalid_lines += 1
+                else:
                     rows[row["id"]] = row
-                    float(row["nll"])
-                except (ValueError, KeyError, TypeError):
-                    self.torn_lines += 1
         return rows
 
     def append(self, rows: Sequence[dict[str, Any]]) -> None:
@@ -197,6 +207,22 @@ class ScoreStore:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+
+
+def _valid_row(line: str) -> dict[str, Any] | None:
+    """The row a store line holds, or None when it is torn or invalid (see ScoreStore.load)."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+        return None
+    nll, n = row.get("nll"), row.get("num_tokens")
+    if isinstance(nll, bool) or not isinstance(nll, (int, float)) or not math.isfinite(nll):
+        return None
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        return None
+    return row
 
 
 def _score_row(item: ProbeItem, result: NLLResult) -> dict[str, Any]:
@@ -238,6 +264,11 @@ class _Run:
     out_dir: Path
     progress: bool
     bar: Bar = field(default_factory=NoBar)
+    lock: RunLock | None = None
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
     @property
     def config(self) -> dict[str, Any]:
@@ -278,6 +309,7 @@ def _prepare(data: str | Path | Sequence[Dialogue], available: Sequence[ModelCar
     plan = plan_probes(dialogues, chosen, settings, seed, corruptions)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(out).acquire()  # released by _Run.release (or when the process ends)
     store = ScoreStore(out / SCORES_FILE)
     scores = store.load()
     envelope = RunEnvelope.start(
@@ -287,7 +319,7 @@ def _prepare(data: str | Path | Sequence[Dialogue], available: Sequence[ModelCar
         dialogues_per_dataset=dict(sorted(Counter(d.dataset for d in dialogues).items())),
         pairs=len(plan.pairs), items=len(plan.items), items_before_dedup=plan.n_item_refs,
         torn_score_lines_ignored=store.torn_lines)
-    return _Run(dialogues, chosen, plan, store, scores, envelope, out, progress)
+    return _Run(dialogues, chosen, plan, store, scores, envelope, out, progress, lock=lock)
 
 
 def _require_reports() -> None:
@@ -341,17 +373,19 @@ def run_probes(client: DialscoreClient, data_path: str | Path | Sequence[Dialogu
     _require_reports()
     run = _prepare(data_path, client.models(), models, settings, seed, out_dir, corruptions,
                    chunk_size, n_boot, client.base_url, progress)
-    client.limits()  # read once: nll_many then keeps its chunks within the published limits
-    run.open_bar()
     try:
+        client.limits()  # read once: nll_many then keeps its chunks within the published limits
+        run.open_bar()
         for info in run.models:
             pending = run.pending(info.name)
             if pending:
                 client.nll_many(info.name, [i.payload() for i in pending], chunk_size=chunk_size,
                                 on_chunk=run.on_chunk(pending))
+        run.close_bar()
+        return _finish(run, n_boot, plots, echo)
     finally:
         run.close_bar()
-    return _finish(run, n_boot, plots, echo)
+        run.release()
 
 
 async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequence[Dialogue],
@@ -365,14 +399,16 @@ async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequ
     _require_reports()
     run = _prepare(data_path, await client.models(), models, settings, seed, out_dir, corruptions,
                    chunk_size, n_boot, client.base_url, progress)
-    await client.limits()  # read once: nll_many then keeps its chunks within them
-    run.open_bar()
     try:
+        await client.limits()  # read once: nll_many then keeps its chunks within them
+        run.open_bar()
         for info in run.models:
             pending = run.pending(info.name)
             if pending:
                 await client.nll_many(info.name, [i.payload() for i in pending],
                                       chunk_size=chunk_size, on_chunk=run.on_chunk(pending))
+        run.close_bar()
+        return _finish(run, n_boot, plots, echo)
     finally:
         run.close_bar()
-    return _finish(run, n_boot, plots, echo)
+        run.release()

@@ -3,8 +3,10 @@
 :func:`atomic_write_bytes` (and :func:`atomic_write_text`) guarantee, for a target ``DIR/NAME``:
 
 1. missing parent folders are created;
-2. temporaries a killed earlier write of the same target left (``DIR/.NAME.*.tmp``) are removed;
-3. the data goes to a new temporary file beside the target (``DIR/.NAME.<random>.tmp``, so on
+2. temporaries a killed earlier write of the same target left (``DIR/.NAME.<pid>.*.tmp`` whose
+   process ``<pid>`` is gone) are removed; a live process's temporaries are left alone, so two
+   writers never delete each other's files;
+3. the data goes to a new temporary file beside the target (``DIR/.NAME.<pid>.<random>.tmp``, so on
    the same file system), made mode 0644 (``mkstemp`` makes 0600; reports are meant to be
    shared), written, flushed and fsynced;
 4. the temporary file is renamed over the target with ``os.replace`` (atomic on POSIX and
@@ -17,8 +19,8 @@ tests), the temporary file is removed and the target keeps its old content (or s
 A process killed between steps 3 and 4 leaves at most its temporary file, which the next write
 of that target (step 2) or :func:`remove_stale_temporaries` deletes.
 
-One writer per target at a time: step 2 would delete a concurrent writer's temporary file. A
-run owns its output folder, so that holds for every report written here.
+Concurrent writers of one target each publish whole files (the last rename wins); a run also
+locks its output folder (:mod:`dialscore.reporting.run_lock`), so two runs never share one.
 """
 
 from __future__ import annotations
@@ -37,10 +39,30 @@ _replace = os.replace
 FILE_MODE = 0o644
 
 
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this process writes one file at a time: its leftovers are stale
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # exists (another user's), or cannot tell: leave its files alone
+    return True
+
+
 def _temporaries(folder: Path, name: str) -> list[Path]:
-    """The temporary files a write of ``folder/name`` may have left."""
-    return [Path(p) for p in glob.glob(os.path.join(glob.escape(str(folder)),
-                                                    f".{glob.escape(name)}.*.tmp"))]
+    """The temporary files a killed write of ``folder/name`` left: those of processes that are
+    gone (the pid is the first dot-separated part after the name), and those of an older writer
+    that recorded no pid."""
+    prefix = f".{name}."
+    out = []
+    for p in glob.glob(os.path.join(glob.escape(str(folder)), f".{glob.escape(name)}.*.tmp")):
+        owner = Path(p).name[len(prefix):].split(".", 1)[0]
+        if owner.isdigit() and _alive(int(owner)):
+            continue
+        out.append(Path(p))
+    return out
 
 
 def remove_stale_temporaries(folder: str | os.PathLike[str], names: Iterable[str]) -> list[Path]:
@@ -72,7 +94,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(target.parent, [target.name])
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{os.getpid()}.",
+                               suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             os.chmod(tmp, FILE_MODE)

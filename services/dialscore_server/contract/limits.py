@@ -25,11 +25,58 @@ class Limits(BaseModel):
     max_text_chars: int = Field(20_000, ge=1, description="Longest single text (turn, target...).")
     max_dialogues: int = Field(1024, ge=1, description="Most dialogues in one POST /v1/contradiction.")
     max_candidates: int = Field(256, ge=1, description="Most candidates in one rerank request.")
+    # Work, not size: what one request makes the models compute, counted before it is queued.
+    max_request_pairs: int = Field(
+        16_384, ge=1, description="Most NLI pairs one /v1/contradiction, /v1/rerank or /rerank "
+        "request makes the classifier compute (counted from the turns' speakers, no model needed; "
+        "a rerank is candidates x earlier turns of the candidate speaker).")
+    max_request_tokens: int = Field(
+        262_144, ge=1, description="Most NLL token positions one /v1/nll request (or a rerank's "
+        "`nll_model` scoring) may cost, each item counted as min(its UTF-8 bytes + one per turn, "
+        "`max_item_tokens`): an upper bound of its tokens for byte-level tokenizers, known before "
+        "tokenizing.")
+    max_item_tokens: int = Field(
+        1_024, ge=1, description="Token positions one NLL item is counted as at most (the model "
+        "window: sources are cut to fit it).")
+    max_id_chars: int = Field(
+        256, ge=1, description="Longest turn id or speaker given as a string (they are echoed "
+        "back in responses).")
+    max_evidence: int = Field(
+        16, ge=1, description="Most evidence turns per result (the most probable ones, in dialogue "
+        "order); bounds the response whatever the context length.")
+    max_json_values: int = Field(
+        400_000, ge=1, description="Most JSON values (arrays, objects, strings, numbers...) in a "
+        "request body, counted while reading it, before it is parsed.")
 
 
 def too_many(param: str, n: int, limit: int, what: str) -> ServiceError:
     """The 413 for a list of `n` `what` at `param` over `limit`."""
     return ServiceError("payload_too_large", f"{param}: {n} {what}; the limit is {limit}", param=param)
+
+
+def too_costly(param: str, cost: int, limit: int, what: str) -> ServiceError:
+    """The 413 for a request at `param` that would cost `cost` `what` (pairs, tokens) over `limit`."""
+    return ServiceError("payload_too_large", f"{param}: this request costs {cost} {what}; the "
+                        f"limit is {limit} per request (split it into smaller requests)", param=param)
+
+
+def check_ids(ids: Iterable[tuple[str, object]], limits: Limits) -> None:
+    """Raise the 413 for the first (param, id or speaker) string longer than ``max_id_chars``."""
+    for param, value in ids:
+        if isinstance(value, str) and len(value) > limits.max_id_chars:
+            raise too_many(param, len(value), limits.max_id_chars, "characters")
+
+
+def item_token_bound(texts: Iterable[str], limits: Limits) -> int:
+    """An upper bound of one NLL item's token positions, computed without the tokenizer: its
+    UTF-8 bytes (a byte-level BPE token covers at least one byte) plus one separator per text,
+    capped at ``max_item_tokens`` (the engine cuts longer sources to the model window)."""
+    total = 0
+    for t in texts:
+        total += len(t.encode("utf-8", "surrogatepass")) + 1
+        if total >= limits.max_item_tokens:
+            return limits.max_item_tokens
+    return total
 
 
 def check_texts(texts: Iterable[tuple[str, str | None]], limits: Limits) -> None:

@@ -33,6 +33,12 @@ class ServingOptions(BaseModel):
                                   description="Tokens merged from many requests into one engine call.")
     batch_wait_timeout_s: float = Field(0.005, ge=0, le=1,
                                         description="How long a batch waits to fill.")
+    chunk_pairs: int = Field(
+        64, ge=1, description="Classifiers: a request is computed in chunks of about this many NLI "
+        "pairs (whole dialogues), one chunk per request in each engine call, so requests share the "
+        "replica round-robin and a small one never waits behind all of a large one; a cancelled or "
+        "timed-out request's remaining chunks are dropped. 64 keeps a small request's wait near one chunk "
+        "on CPU (loadtests/bench_fairness.py); on a GPU larger chunks use it better.")
     token_budget: int | None = Field(
         None, ge=16, description="Padded tokens per forward pass. Default: NLL models 4096 on GPU and, "
         "on CPU, 2^20 / model width within 1024-16384 (cache-friendlier passes, measured faster); "

@@ -18,6 +18,12 @@ says what is wrong (and names the field where there is one):
   UTF-16 surrogate (``"\\ud800"``): it cannot be encoded as UTF-8, so it could neither be
   tokenized nor echoed back in a response.
 
+Before parsing, a counting pass over the raw bytes (C-speed regex and byte counts, no Python
+objects per element) refuses with a 413 ``payload_too_large`` (param ``body``) a body of more than
+``max_json_values`` JSON values, and with the 422 above one nested deeper than :data:`MAX_DEPTH`,
+so the parser never builds a huge tree of small values (262,144 integers cost about 1 s and
+300 MB to parse and walk).
+
 The parsed body is handed to FastAPI unchanged (no second parse).
 """
 
@@ -28,6 +34,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Coroutine
+from itertools import accumulate
 from typing import Any
 
 from fastapi import Request, Response
@@ -39,6 +46,31 @@ from dialscore_server.contract.errors import ServiceError
 MAX_DEPTH = 32
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+#: A JSON string token (the counting pass blanks strings so their contents are not counted).
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b"[]{},")
+
+
+def check_shape(body: bytes, max_values: int | None, max_depth: int = MAX_DEPTH) -> None:
+    """Count a raw body's JSON values and nesting before parsing it.
+
+    Values are counted as ``commas + opening brackets + 1`` once strings are blanked: at least
+    the number of values in a valid document (each comma separates two array elements or two
+    object members; a member's key is not counted). Raises the 413 ``payload_too_large`` (param
+    ``body``) over `max_values`, the 422 ``invalid_request`` over `max_depth` (brackets are only
+    walked once their count is known to be bounded). Invalid JSON passes through: the parser
+    reports it.
+    """
+    stripped = _STRING.sub(b'""', body)
+    structure = stripped.translate(None, _NOT_STRUCTURE)
+    values = structure.count(b",") + structure.count(b"[") + structure.count(b"{") + 1
+    if max_values is not None and values > max_values:
+        raise ServiceError("payload_too_large", f"body: about {values} JSON values; the limit is "
+                           f"{max_values} (max_json_values)", param="body")
+    brackets = structure.translate(None, b",")
+    deepest = max(accumulate(1 if b in (91, 123) else -1 for b in brackets), default=0)
+    if deepest > max_depth:
+        raise ServiceError("invalid_request", f"body: JSON nested deeper than {max_depth} levels")
 
 
 class _BadJSON(ValueError):
@@ -100,8 +132,10 @@ def _check_tree(value: Any) -> None:
             stack.extend((node[i], _path(path, i), depth + 1) for i in range(len(node) - 1, -1, -1))
 
 
-def loads_strict(body: bytes) -> Any:
-    """Parse a request body as strict JSON (see the module docstring); raise ServiceError."""
+def loads_strict(body: bytes, max_values: int | None = None) -> Any:
+    """Parse a request body as strict JSON (see the module docstring); raise ServiceError.
+    `max_values`: the ``max_json_values`` limit (None: not counted)."""
+    check_shape(body, max_values)
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -144,7 +178,8 @@ async def read_json_body(request: Request) -> Any:
     body = await request.body()
     if not body.strip():
         raise ServiceError("invalid_request", "the request body is empty; expected a JSON object")
-    value = loads_strict(body)
+    limits = getattr(request.app.state, "limits", None)
+    value = loads_strict(body, limits.max_json_values if limits is not None else None)
     request._json = value  # Starlette's Request.json() returns this; FastAPI never parses again
     return value
 

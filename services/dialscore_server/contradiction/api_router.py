@@ -7,6 +7,7 @@ from fastapi import APIRouter, Response
 
 from dialscore_server import metrics
 from dialscore_server.contract.backend import Backend
+from dialscore_server.contract.timing_headers import set_timing_headers
 from dialscore_server.contract.errors import error_responses
 from dialscore_server.contract.strict_json import StrictJSONRoute
 from dialscore_server.contradiction.protocol import ContradictionRequest, ContradictionResponse
@@ -22,6 +23,7 @@ def build_router(gw: Backend) -> APIRouter:
                  "speaker and takes the maximum contradiction probability; evidence names the turns "
                  "(by id) whose pair probability exceeds `evidence_threshold`. Results keep the order "
                  "of `dialogues`.",
+                 openapi_extra={"x-cost-limits": ["max_request_pairs", "max_id_chars", "max_evidence"]},
                  responses=error_responses("invalid_request", "unknown_model", "payload_too_large",
                                            "overloaded", "timeout", "model_error"))
     async def contradiction(body: ContradictionRequest, response: Response) -> ContradictionResponse:
@@ -32,9 +34,10 @@ def build_router(gw: Backend) -> APIRouter:
         card = await gw.card(model)
         metrics.ITEMS.labels(model).inc(len(results))
         metrics.BATCH_REQUESTS.labels(model).observe(reply.batch_requests)
-        response.headers["x-compute-time"] = f"{reply.compute_s:.4f}"
+        set_timing_headers(response, reply.compute_s, reply.queue_s)
         return ContradictionResponse.from_engine(body, results, model=model,
                                                  stand_in=card.stand_in, source=card.source,
-                                                 revision=card.revision)
+                                                 revision=card.revision,
+                                                 max_evidence=gw.limits.max_evidence)
 
     return router

@@ -40,7 +40,8 @@ class ContradictionDeployment:
         config = ModelConfig.model_validate(config)
         options = ServingOptions.model_validate(options or {})
         max_batch_pairs = min(options.max_batch_tokens, MAX_BATCH_PAIRS)
-        self.serving = ContradictionServing(engine_cls.from_options(config, options), max_batch_pairs)
+        self.serving = ContradictionServing(engine_cls.from_options(config, options), max_batch_pairs,
+                                            chunk_pairs=options.chunk_pairs)
         self._batched.set_max_batch_size(max_batch_pairs)
         self._batched.set_batch_wait_timeout_s(options.batch_wait_timeout_s)
 
@@ -49,6 +50,11 @@ class ContradictionDeployment:
 
     def check_health(self) -> None:
         self.serving.check_health()
+
+    def work_stats(self) -> dict[str, float]:
+        """This replica's work accounting (see ContradictionServing.stats): for tests and
+        benchmarks; operators read the dialscore_work_* metrics."""
+        return self.serving.stats.snapshot()
 
     async def detect(self, job: DetectionJob) -> Reply[list[DetectionResult]]:
         return await self.serving.detect(job, runner=self._batched)

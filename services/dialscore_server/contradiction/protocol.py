@@ -13,7 +13,7 @@ from pydantic import Field, field_validator
 from dialscore_server.contradiction.pairing import (
     DEFAULT_THRESHOLD, DetectionJob, DetectionResult, Evidence, Turn,
 )
-from dialscore_server.contract.limits import Limits, check_texts, too_many
+from dialscore_server.contract.limits import Limits, check_ids, check_texts, too_costly, too_many
 from dialscore_server.contract.schema import APIModel, Text, limited
 
 Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
@@ -33,6 +33,32 @@ class TurnIn(APIModel):
 
     def to_turn(self) -> Turn:
         return Turn(speaker=self.speaker, text=self.text, id=self.id)
+
+
+def same_speaker(a: object, b: object) -> bool:
+    """Speakers are equal only with the same type (1 and "1" differ, True is not 1)."""
+    return type(a) is type(b) and a == b
+
+
+def structured_pairs(speakers: Sequence[object], last: object) -> int:
+    """How many of `speakers` (the earlier turns') are `last`'s: the structured-mode pairs."""
+    return sum(1 for s in speakers if same_speaker(s, last))
+
+
+def turn_ids_and_speakers(turns: Sequence[TurnIn], field: str) -> list[tuple[str, object]]:
+    """(field path, value) of each turn's id and speaker, for the id length limit."""
+    out: list[tuple[str, object]] = []
+    for j, t in enumerate(turns):
+        out += [(f"{field}[{j}].id", t.id), (f"{field}[{j}].speaker", t.speaker)]
+    return out
+
+
+def capped_evidence(evidence: Sequence[Evidence], limit: int | None) -> list[Evidence]:
+    """At most `limit` evidence turns: the most probable ones, kept in dialogue order."""
+    if limit is None or len(evidence) <= limit:
+        return list(evidence)
+    keep = sorted(range(len(evidence)), key=lambda k: -evidence[k].probability)[:limit]
+    return [evidence[k] for k in sorted(keep)]
 
 
 def unique_turn_ids(turns: Sequence[TurnIn], field: str = "turns") -> None:
@@ -86,14 +112,28 @@ class ContradictionRequest(APIModel):
         return [(f"dialogues[{i}].turns[{j}].text", t.text)
                 for i, d in enumerate(self.dialogues) for j, t in enumerate(d.turns)]
 
+    def pairs(self) -> int:
+        """The NLI pairs this request costs, from the turns' speakers alone (pairing.plan_pairs
+        forms exactly these)."""
+        if self.mode == "unstructured":
+            return sum(1 for d in self.dialogues if len(d.turns) > 1)
+        return sum(structured_pairs([t.speaker for t in d.turns[:-1]], d.turns[-1].speaker)
+                   for d in self.dialogues)
+
     def check_limits(self, limits: Limits) -> None:
-        """Raise ``payload_too_large`` (413) naming the field for a request over `limits`."""
+        """Raise ``payload_too_large`` (413) naming the field for a request over `limits`: sizes,
+        id lengths, then its cost in NLI pairs (``max_request_pairs``, param ``dialogues``)."""
         if len(self.dialogues) > limits.max_dialogues:
             raise too_many("dialogues", len(self.dialogues), limits.max_dialogues, "dialogues")
         for i, d in enumerate(self.dialogues):
             if len(d.turns) > limits.max_turns:
                 raise too_many(f"dialogues[{i}].turns", len(d.turns), limits.max_turns, "turns")
         check_texts(self.texts(), limits)
+        for i, d in enumerate(self.dialogues):
+            check_ids(turn_ids_and_speakers(d.turns, f"dialogues[{i}].turns"), limits)
+        pairs = self.pairs()
+        if pairs > limits.max_request_pairs:
+            raise too_costly("dialogues", pairs, limits.max_request_pairs, "NLI pairs")
 
 
 class EvidenceOut(APIModel):
@@ -111,13 +151,14 @@ class ContradictionResultOut(APIModel):
         description="Largest pair contradiction probability (0.0 when nothing was compared).")
     evidence: list[EvidenceOut] = Field(
         description="Earlier turns whose pair probability > evidence_threshold, in dialogue order "
-        "(always empty in unstructured mode).")
+        "(always empty in unstructured mode); at most `max_evidence` of them, the most probable.")
     num_pairs: int = Field(description="Pairs classified for this dialogue.")
 
     @classmethod
-    def from_engine(cls, r: DetectionResult) -> "ContradictionResultOut":
+    def from_engine(cls, r: DetectionResult, max_evidence: int | None = None) -> "ContradictionResultOut":
         return cls(is_contradiction=r.is_contradiction, probability=r.probability,
-                   evidence=[EvidenceOut.from_engine(e) for e in r.evidence], num_pairs=r.num_pairs)
+                   evidence=[EvidenceOut.from_engine(e) for e in capped_evidence(r.evidence, max_evidence)],
+                   num_pairs=r.num_pairs)
 
 
 class ContradictionResponse(APIModel):
@@ -133,8 +174,9 @@ class ContradictionResponse(APIModel):
     @classmethod
     def from_engine(cls, request: ContradictionRequest, results: Sequence[DetectionResult], *,
                     model: str, stand_in: bool, source: str | None = None,
-                    revision: str | None = None) -> "ContradictionResponse":
+                    revision: str | None = None, max_evidence: int | None = None
+                    ) -> "ContradictionResponse":
         ev = request.threshold if request.evidence_threshold is None else request.evidence_threshold
         return cls(model=model, source=source, revision=revision, stand_in=stand_in,
                    mode=request.mode, threshold=request.threshold, evidence_threshold=ev,
-                   results=[ContradictionResultOut.from_engine(r) for r in results])
+                   results=[ContradictionResultOut.from_engine(r, max_evidence) for r in results])

@@ -45,6 +45,10 @@ class AppArgs(_Args):
     rerank_num_cpus: float = Field(0.1, gt=0, description="CPUs of the (model-less) rerank deployment.")
     limits: Limits = Field(default_factory=Limits)
     request_timeout_s: float = Field(60.0, gt=0, description="Deadline of one request; then 408.")
+    body_timeout_s: float = Field(
+        10.0, gt=0, description="Longest a gateway waits for a request's whole body once the "
+        "request reached it (a client trickling bytes); then 408 `timeout`, counted in "
+        "dialscore_slow_clients_total{kind=\"body\"}.")
     queue_timeout_s: float | None = Field(
         10.0, gt=0, description="Longest a request waits for a model replica to accept it (queued "
         "behind others, or while a crashed replica is being replaced); then 503 `overloaded` with "

@@ -33,6 +33,10 @@ def error_response(err: ServiceError) -> JSONResponse:
     headers = {"x-error-type": err.type}
     if err.retry_after is not None:
         headers["Retry-After"] = str(max(1, math.ceil(err.retry_after)))
+    if err.type == "timeout":
+        # The gateway's 408 follows the cancellation of the model call (contract/deadline.py), and
+        # model replicas drop a cancelled request's remaining work: re-sending does not double it.
+        headers["x-work-dropped"] = "true"
     return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
 

@@ -1,0 +1,128 @@
+"""ContradictionServing without Ray: how a job is cut into chunks, that chunks of concurrent
+requests are interleaved by a batching runner, and the accounting of work done, dropped and
+wasted when a request is cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from dialscore.model_card import ModelCard
+from dialscore_server.contradiction.engine import ContradictionDetector
+from dialscore_server.contradiction.pairing import DetectionJob, Turn
+from dialscore_server.contradiction.serving import ContradictionServing, Work, chunk_job
+
+
+def dialogue(pairs: int) -> list[Turn]:
+    """A dialogue whose last turn has `pairs` earlier turns of its speaker."""
+    return [Turn(1, f"t{j}") for j in range(pairs)] + [Turn(1, "last")]
+
+
+class SlowDetector:
+    """A real ContradictionDetector over a fake classifier that records each call's pairs."""
+
+    def __init__(self, delay: float = 0.0):
+        self.calls: list[int] = []
+        self.delay = delay
+        self.release = threading.Event()
+        self.detector = ContradictionDetector(classifier=self._probs)
+
+    def _probs(self, pairs):
+        self.calls.append(len(pairs))
+        if self.delay:
+            self.release.wait(self.delay)
+        return [0.1] * len(pairs)
+
+    def detect_many(self, jobs):
+        return self.detector.detect_many(jobs)
+
+    def card(self) -> ModelCard:
+        return ModelCard(name="fake-nli", family="classifier", source="fake", revision=None,
+                         max_length=512, dtype="float32", device="cpu", stand_in=True)
+
+    def check_health(self) -> None:
+        pass
+
+
+def test_chunks_hold_whole_dialogues_in_order():
+    job = DetectionJob([dialogue(n) for n in (10, 30, 30, 100, 5, 0)])
+    works = chunk_job(job, [10, 30, 30, 100, 5, 0], 64)
+    assert [len(w.job.dialogues) for w in works] == [2, 1, 1, 2]
+    assert [w.pairs for w in works] == [40, 30, 100, 5]
+    assert [d for w in works for d in w.job.dialogues] == list(job.dialogues)
+
+
+def test_results_equal_an_unchunked_run_and_every_pair_is_counted_done():
+    engine = SlowDetector()
+    serving = ContradictionServing(engine, max_batch_pairs=4096, chunk_pairs=16)
+    job = DetectionJob([dialogue(n) for n in (3, 20, 7, 9, 1)])
+    reply = asyncio.run(serving.detect(job))
+    assert reply.value == engine.detect_many([job])[0]
+    assert engine.calls[:4] == [3, 20, 16, 1]   # chunks: [3], [20], [7, 9], [1]
+    stats = serving.stats.snapshot()
+    assert stats["done_pairs"] == 40 and stats["in_flight_pairs"] == 0 and stats["chunks"] == 4
+
+
+def test_a_cancelled_request_drops_its_remaining_chunks():
+    engine = SlowDetector(delay=5.0)
+    serving = ContradictionServing(engine, max_batch_pairs=4096, chunk_pairs=10)
+    job = DetectionJob([dialogue(10) for _ in range(6)])
+
+    async def go():
+        task = asyncio.create_task(serving.detect(job))
+        while not engine.calls:
+            await asyncio.sleep(0.01)
+        task.cancel()  # the first chunk is running in its thread
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        engine.release.set()
+        await asyncio.sleep(0.2)  # let the running chunk finish
+
+    asyncio.run(go())
+    stats = serving.stats.snapshot()
+    assert engine.calls == [10]
+    assert stats["wasted_pairs"] == 10 and stats["dropped_pairs"] == 50
+    assert stats["done_pairs"] == 0 and stats["in_flight_pairs"] == 0
+    assert stats["wasted_s"] == pytest.approx(stats["busy_s"])
+
+
+def test_a_batching_runner_interleaves_chunks_of_concurrent_requests():
+    """With a runner that merges what is waiting (as @serve.batch does), a small request sent
+    after a large one is in the second engine call, not after all of the large one's."""
+    engine = SlowDetector()
+    serving = ContradictionServing(engine, max_batch_pairs=4096, chunk_pairs=10)
+    order: list[list[int]] = []
+
+    async def go():
+        queue: list[tuple[Work, asyncio.Future]] = []
+
+        async def runner(work: Work):
+            fut = asyncio.get_running_loop().create_future()
+            queue.append((work, fut))
+            return await fut
+
+        async def batcher():
+            for _ in range(50):
+                await asyncio.sleep(0.01)
+                if queue:
+                    batch = queue[:]
+                    queue.clear()
+                    order.append([w.pairs for w, _ in batch])
+                    for (w, fut), reply in zip(batch, serving.run([w for w, _ in batch])):
+                        fut.set_result(reply)
+
+        large = asyncio.create_task(serving.detect(DetectionJob([dialogue(10)] * 8), runner))
+        b = asyncio.create_task(batcher())
+        await asyncio.sleep(0.015)
+        small = await serving.detect(DetectionJob([dialogue(1)]), runner)
+        assert small.value is not None and not large.done()
+        await large
+        b.cancel()
+
+    asyncio.run(go())
+    # the small request's single pair rides in an early engine call beside one large chunk
+    first_with_small = next(i for i, b in enumerate(order) if 1 in b)
+    assert first_with_small <= 2 and len(order) >= 8
+    assert all(b.count(10) <= 1 for b in order)  # one chunk per request per call
