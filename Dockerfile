@@ -15,7 +15,7 @@ WORKDIR /opt/dialscore
 #    writable conda prefix: root is not needed. torch: PyPI's CUDA build at the pinned version.
 COPY --chown=1000:100 constraints.txt ./
 RUN pip install --no-cache-dir -c constraints.txt \
-        "torch" "transformers" "safetensors" "numpy" "pydantic" "pyyaml" "ray[serve]" \
+        "torch" "transformers" "accelerate" "safetensors" "numpy" "pydantic" "pyyaml" "ray[serve]" \
         "fastapi" "prometheus-client" "httpx" "matplotlib" "tqdm"
 
 # 2. The project: the client distribution first (the server depends on it), then the server.

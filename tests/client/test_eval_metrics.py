@@ -134,6 +134,28 @@ def test_evidence_f1_over_dialogue_turn_pairs():
     assert (m2.evidence_precision, m2.evidence_recall) == (1.0, 0.5)
 
 
+def test_paper_scope_evidence_beside_pooled_and_other_speaker_count():
+    # 5 turns, speakers 0 1 0 1 0: the last speaker's earlier turns are 0 and 2.
+    gold = [_dialogue("a", True, {0, 1}),   # turn 1 is by the other speaker
+            _dialogue("b", True, {2}),
+            _dialogue("c", False)]
+    pred = [Prediction(True, 0.9, frozenset({0})),       # pooled tp 1 fn 1; paper tp 1
+            Prediction(True, 0.9, frozenset({0, 2})),    # pooled tp 1 fp 1; paper tp 1 fp 1
+            Prediction(False, 0.2, frozenset({2}))]      # pooled fp 1; paper: not counted
+    m = decode_metrics(gold, pred)
+    assert (m.evidence_precision, m.evidence_recall) == (pytest.approx(2 / 4), pytest.approx(2 / 3))
+    assert m.evidence_precision_paper == pytest.approx(2 / 3)
+    assert m.evidence_recall_paper == 1.0
+    assert m.evidence_f1_paper == pytest.approx(4 / 5)
+    assert m.n_other_speaker_gold_evidence == 1
+    # strict, pooled: none (a misses turn 1, b adds turn 0, c reports evidence) = 0;
+    # paper scope: a right ({0} == {0} among turns 0, 2), b wrong, c right (label) = 2/3
+    assert m.strict_accuracy == 0.0 and m.strict_accuracy_paper == pytest.approx(2 / 3)
+    na = decode_metrics(gold, pred, returns_evidence=False)
+    assert {na.strict_accuracy, na.evidence_f1, na.evidence_f1_paper, na.strict_accuracy_paper} == {"n/a"}
+    assert na.accuracy == m.accuracy
+
+
 def test_label_precision_recall_f1_and_fire_rate_per_group():
     gold = [_dialogue("a", True, {0}, "bot1"), _dialogue("b", False, (), "bot1"),
             _dialogue("c", False, (), "bot2"), _dialogue("d", True, {2}, "bot2"),

@@ -1,83 +1,47 @@
-"""The evaluation runners against a fake service (no Ray): exact metrics from known scores, what
+"""The evaluation runners against the fake API (the server's app over fake engines, no Ray): exact metrics from known scores, what
 is sent (items, chunks, speakers), ties, unscored instances, empty variants, the sync wrapper."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
 
-import httpx
 import pytest
 
-from dialscore.client import AsyncDialscoreClient
+from dialscore.model_card import ModelCard
 from dialscore.evals.decode import Prediction, decode_metrics, read_decode
 from dialscore.evals.robustness import KINDS, variant_stats
 from dialscore.evals.runners.decode import arun_decode
 from dialscore.evals.runners.mutual import arun_mutual, run_mutual
 from dialscore.evals.runners.robustness import arun_robustness
+from fake_api import FakeAPI
 
-MODELS = [
-    {"name": "fake-gpt", "family": "causal", "source": "fake/gpt", "revision": "abc123",
-     "stand_in": True},
-    {"name": "fake-nli", "family": "classifier", "source": "fake/nli", "revision": "def456",
-     "stand_in": False},
+#: The served models: a dialogue model and a classifier, with the revisions reports must carry.
+CARDS = [
+    ModelCard(name="fake-gpt", family="causal", source="fake/gpt", revision="abc123",
+              max_length=1024, dtype="float32", device="cpu", stand_in=True),
+    ModelCard(name="fake-nli", family="classifier", source="fake/nli", revision="def456",
+              max_length=512, dtype="float32", device="cpu", stand_in=False,
+              labels=["contradiction", "neutral", "entailment"], contradiction_index=0),
 ]
 
 
-class FakeService:
-    """/v1/models, /v1/nll (nll = `nll(context, target)`), /v1/contradiction (probability =
-    `prob(last text)`, evidence = earlier same-speaker turns when structured and above the evidence
-    threshold), /v1/rerank (score = -prob(candidate)); any other GET is a 404 (no published
-    limits). Records every body."""
-
-    def __init__(self, nll=lambda context, target: float(len(target.split())),
-                 prob=lambda text: 0.9 if "never" in text else 0.1):
-        self.nll, self.prob = nll, prob
-        self.bodies: dict[str, list[dict]] = {"/v1/nll": [], "/v1/contradiction": [], "/v1/rerank": []}
-        self.lock = threading.Lock()
-
-    def client(self, **kw) -> AsyncDialscoreClient:
-        return AsyncDialscoreClient("http://fake", transport=httpx.MockTransport(self.handle), **kw)
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        if path == "/v1/models":
-            return httpx.Response(200, json={"models": MODELS})
-        if request.method == "GET":  # GET /openapi.json: this fake publishes no limits
-            return httpx.Response(404, json={"error": {"type": "not_found", "message": path}})
-        body = json.loads(request.content)
-        with self.lock:
-            self.bodies[path].append(body)
-        if path == "/v1/nll":
-            return httpx.Response(200, json={"model": body["model"], "results": [
-                {"nll": self.nll(i["context"], i["target"]), "num_tokens": 3} for i in body["items"]]})
-        if path == "/v1/contradiction":
-            thr = body.get("threshold", 0.5)
-            ev_thr = body.get("evidence_threshold", thr)
-            results = []
-            for d in body["dialogues"]:
-                *earlier, last = d["turns"]
-                p = self.prob(last["text"])
-                ev = [{"turn": t["id"], "probability": p} for t in earlier
-                      if body.get("mode", "structured") == "structured"
-                      and t["speaker"] == last["speaker"] and p > ev_thr and earlier]
-                results.append({"is_contradiction": p > thr, "probability": p, "evidence": ev})
-            return httpx.Response(200, json={"model": "fake-nli", "stand_in": False,
-                                             "results": results})
-        if path == "/v1/rerank":
-            res = [{"index": i, "score": -self.prob(c), "contradiction_probability": self.prob(c)}
-                   for i, c in enumerate(body["candidates"])]
-            res.sort(key=lambda r: -r["score"])
-            return httpx.Response(200, json={"model": "fake-nli", "results": res})
-        return httpx.Response(404, json={"error": {"type": "not_found", "message": path}})
+def fake_service(nll=lambda context, target: float(len(target.split())),
+                prob=lambda text: 0.9 if "never" in text else 0.1) -> FakeAPI:
+    """The server's own app over fake engines (tests/fake_api.py): the NLL of an item is
+    `nll(context, target)`; an NLI pair's contradiction probability is `prob(hypothesis)`, so the
+    real detector gives a last turn `prob(its text)` when its speaker spoke before (structured),
+    with those earlier turns as evidence above the evidence threshold, and the real reranker
+    scores a candidate ``-prob(candidate)`` when its speaker spoke before, else 0."""
+    return FakeAPI(CARDS, scorer=lambda model, item: nll(item.get("context", []), item["target"]),
+                   classifier=lambda premise, hypothesis: prob(hypothesis))
 
 
 def _run(coro):
     return asyncio.run(coro)
 
 
-async def _with(service: FakeService, make, **kw):
+async def _with(service: FakeAPI, make, **kw):
     async with service.client(**kw) as client:
         return await make(client)
 
@@ -89,7 +53,7 @@ MUTUAL = [
      "options": ["m : x y", "m : x y", "m : x y", "m : x y"]},          # all tied: gold last
     {"id": "d_3", "answers": "", "article": "m : bye .",
      "options": ["f : q", "f : q r", "f : q r s", "f : q r s t"]},      # no gold: not scored
-    {"id": "d_10", "answers": "A", "article": "m : so ?",
+    {"id": "d_10", "answers": "A", "article": "m : so ? f : well .",
      "options": ["f : one two", "f : one", "m : one two three", "m : x"]},  # gold rank 3
 ]
 
@@ -101,7 +65,7 @@ def _mutual_file(tmp_path):
 
 
 def test_mutual_nll_metrics_ties_export_and_requests(tmp_path):
-    service = FakeService()  # nll = number of target words: fewer words rank higher
+    service = fake_service()  # nll = number of target words: fewer words rank higher
     run = _run(_with(service, lambda c: arun_mutual(c, _mutual_file(tmp_path), "nll", "fake-gpt",
                                                    tmp_path / "out", progress=False)))
     assert [r.gold_rank for r in run.rankings] == [1, 4, None, 3]
@@ -125,7 +89,7 @@ def test_mutual_nll_metrics_ties_export_and_requests(tmp_path):
 
 
 def test_mutual_rerank_one_request_per_option_speaker(tmp_path):
-    service = FakeService(prob=lambda text: {"one": 0.2, "one two": 0.1}.get(text, 0.5))
+    service = fake_service(prob=lambda text: {"one": 0.2, "one two": 0.1}.get(text, 0.5))
     run = _run(_with(service, lambda c: arun_mutual(c, _mutual_file(tmp_path), "rerank", None,
                                                    tmp_path, progress=False)))
     bodies = service.bodies["/v1/rerank"]
@@ -133,8 +97,12 @@ def test_mutual_rerank_one_request_per_option_speaker(tmp_path):
     d10 = sorted((b for b in bodies if b["context"][0]["text"] == "so ?"), key=lambda b: b["speaker"])
     assert [(b["speaker"], b["candidates"]) for b in d10] == [
         ("f", ["one two", "one"]), ("m", ["one two three", "x"])]
-    assert d10[0]["context"] == [{"id": 0, "speaker": "m", "text": "so ?"}]
+    assert d10[0]["context"] == [{"id": 0, "speaker": "m", "text": "so ?"},
+                                 {"id": 1, "speaker": "f", "text": "well ."}]
     assert run.scores[3] == [-0.1, -0.2, -0.5, -0.5]
+    # d_2's options are m's, who never spoke: the service refuses the rerank (nothing to
+    # contradict) and the scorer ties them at 0.0, as the contradiction scorer's 1 - 0 would.
+    assert run.scores[1] == [0.0] * 4 and run.rankings[1].gold_rank == 4
     assert run.rankings[3].gold_rank == 1
     assert run.report["models"]["fake-nli"]["source"] == "fake/nli"
     assert (tmp_path / "mutual-rerank-fake-nli.ranked.txt").is_file()
@@ -143,11 +111,11 @@ def test_mutual_rerank_one_request_per_option_speaker(tmp_path):
 def test_nll_scorer_needs_a_served_dialogue_model(tmp_path):
     path = _mutual_file(tmp_path)
     with pytest.raises(ValueError, match="needs a dialogue"):
-        _run(_with(FakeService(), lambda c: arun_mutual(c, path, "nll", None, tmp_path)))
+        _run(_with(fake_service(), lambda c: arun_mutual(c, path, "nll", None, tmp_path)))
     with pytest.raises(ValueError, match="fake-nli' is a classifier"):
-        _run(_with(FakeService(), lambda c: arun_mutual(c, path, "nll", "fake-nli", tmp_path)))
+        _run(_with(fake_service(), lambda c: arun_mutual(c, path, "nll", "fake-nli", tmp_path)))
     with pytest.raises(ValueError, match="did you mean 'fake-gpt'"):
-        _run(_with(FakeService(), lambda c: arun_mutual(c, path, "nll", "fake-gtp", tmp_path)))
+        _run(_with(fake_service(), lambda c: arun_mutual(c, path, "nll", "fake-gtp", tmp_path)))
 
 
 def _decode_record(cid, texts, evidence):
@@ -169,7 +137,7 @@ DECODE = [
 def test_decode_metrics_chunks_modes_and_diagnostics(tmp_path):
     path = tmp_path / "decode.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in DECODE))
-    service = FakeService()
+    service = fake_service()
     run = _run(_with(service, lambda c: arun_decode(c, path, tmp_path / "out", chunk_size=2,
                                                    seed=5, progress=False)))
     gold = read_decode(path)
@@ -181,23 +149,35 @@ def test_decode_metrics_chunks_modes_and_diagnostics(tmp_path):
     assert (s.accuracy, s.strict_accuracy, s.evidence_f1) == (0.6, 0.6, 0.5)
     assert s.fire_rate_by_group == {"bot": 1 / 3, "human": 0.5}
     u = run.metrics["original"]["unstructured"]
-    assert u.accuracy == 0.6 and u.strict_accuracy == 0.4 and u.evidence_recall == 0.0
+    # Unstructured returns no evidence: its strict accuracy and evidence figures are n/a.
+    assert u.accuracy == 0.6 and u.strict_accuracy == "n/a" and u.evidence_recall == "n/a"
+    assert u.evidence_f1_paper == "n/a" and u.strict_accuracy_paper == "n/a"
+    # Paper scope leaves out b3's evidence (a gold non-contradiction): tp 1 (c1), fn 1 (c2).
+    assert s.evidence_f1_paper == 2 / 3 and s.n_other_speaker_gold_evidence == 0
     # Chunks of at most 2 dialogues; every (set, mode) sent.
     sent = service.bodies["/v1/contradiction"]
     assert max(len(b["dialogues"]) for b in sent) == 2
     assert {(b["mode"], len(b["dialogues"])) for b in sent} >= {("structured", 1), ("unstructured", 2)}
-    assert sum(len(b["dialogues"]) for b in sent) == 2 * (5 + 2 + 2)
+    assert sum(len(b["dialogues"]) for b in sent) == 2 * (5 + 2 + 1)
     # A2T / RCT from the two annotated contradictions, written and evaluated.
     assert run.skipped == {"a2t": 3, "rct": 3}
-    assert [d.is_contradiction for d in run.sets["rct"]] == [False, False]
+    # c1's RCT keeps only its last turn (no earlier turn by its speaker): dropped, as in the
+    # official RCT set.
+    assert [d.meta["source_id"] for d in run.sets["rct"]] == ["c2"]
+    assert run.report["diagnostics"]["rct"] == {"n": 1, "skipped": 3, "dropped": 1}
+    assert "1 dropped" in run.table
+    assert "NLI-only" in run.table and run.report["detector_kind"] == "nli"
+    with pytest.raises(ValueError, match="detector kind"):
+        _run(_with(fake_service(), lambda c: arun_decode(c, path, tmp_path / "o2", progress=False,
+                                                       detector_kind="roberta")))
     assert [len(d.turns) for d in run.sets["a2t"]] == [5, 7]
     assert read_decode(tmp_path / "out" / "decode-a2t.jsonl") == run.sets["a2t"]
-    assert run.metrics["rct"]["structured"].accuracy == 0.5  # c1's "never" still fires
+    assert run.metrics["rct"]["structured"].accuracy == 1.0
     header = run.table.splitlines()[1]
     for col in ("original/structured", "original/unstructured", "a2t/structured", "rct/unstructured"):
         assert col in header
     rows = json.loads((tmp_path / "out" / "decode.json").read_text())
-    assert len(rows) == 9 and rows[0]["structured_evidence"] == [0]
+    assert len(rows) == 8 and rows[0]["structured_evidence"] == [0]
 
 
 ROBUST = [
@@ -211,7 +191,7 @@ ROBUST = [
 def test_robustness_statistics_and_empty_variants(tmp_path):
     path = tmp_path / "robust.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in ROBUST))
-    service = FakeService(nll=lambda context, target: len(target))
+    service = fake_service(nll=lambda context, target: len(target))
     run = _run(_with(service, lambda c: arun_robustness(c, path, "nll", "fake-gpt", None, 0,
                                                        tmp_path / "out", progress=False)))
     assert run.corpus == "mutual" and [i.id for i in run.items] == ["r_1", "r_2"]
@@ -234,7 +214,7 @@ def test_robustness_statistics_and_empty_variants(tmp_path):
 def test_robustness_contradiction_scorer_scores_one_minus_probability(tmp_path):
     path = tmp_path / "decode.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in DECODE))
-    service = FakeService(prob=lambda text: 0.8 if "never" in text else 0.3)
+    service = fake_service(prob=lambda text: 0.8 if "never" in text else 0.3)
     run = _run(_with(service, lambda c: arun_robustness(
         c, path, "contradiction", None, None, 0, tmp_path, kinds=("reversed", "generic_sorry"),
         plot=False, progress=False)))
@@ -254,11 +234,11 @@ def test_sync_wrapper(tmp_path):
 
     asyncio.run(inside())
     with pytest.raises(TypeError, match="arun_mutual"):
-        run_mutual(FakeService().client(), _mutual_file(tmp_path))
+        run_mutual(fake_service().client(), _mutual_file(tmp_path))
 
 
 def test_progress_bars_and_limit(tmp_path, capsys):
-    run = _run(_with(FakeService(), lambda c: arun_mutual(
+    run = _run(_with(fake_service(), lambda c: arun_mutual(
         c, _mutual_file(tmp_path), "nll", "fake-gpt", tmp_path, limit=2, progress=True)))
     assert [i.id for i in run.instances] == ["d_1", "d_2"] and run.report["instances_read"] == 4
     assert "mutual nll fake-gpt" in capsys.readouterr().err
@@ -268,7 +248,7 @@ def test_cli_robustness(tmp_path, monkeypatch, capsys):
     from dialscore.cli import main
     from dialscore.commands import service_args
 
-    service = FakeService()
+    service = fake_service()
     monkeypatch.setattr(service_args, "async_client_from_args", lambda args: service.client())
     path = tmp_path / "robust.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in ROBUST))

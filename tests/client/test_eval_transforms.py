@@ -152,3 +152,18 @@ def test_request_body_for_the_service():
     assert CONTRA.to_request()["turns"][:2] == [
         {"id": 0, "speaker": "0", "text": "hi there"},
         {"id": 1, "speaker": "1", "text": "i walk my dog every day"}]
+
+
+def test_derived_sets_drop_dialogues_without_a_turn_of_the_last_speaker():
+    from dialscore.evals.decode import DecodeDialogue, rct_set
+    from dialscore.types import Turn
+
+    def d(ident, n):
+        turns = tuple(Turn(id=i, speaker=str(i % 2), text=f"{ident} u{i}") for i in range(n))
+        return DecodeDialogue(id=ident, index=0, turns=turns, is_contradiction=True,
+                              evidence=frozenset({0}))
+    # 3 turns (0 1 0): RCT removes 0 and its partner 1, leaving the last turn alone: dropped.
+    # 5 turns: removes 0 and 1, keeps 2 3 4 (speaker 0 still has turn 2): kept.
+    result = rct_set([d("short", 3), d("long", 5)])
+    assert [x.meta["source_id"] for x in result.dialogues] == ["long"]
+    assert result.dropped == ("short",) and result.skipped == ()

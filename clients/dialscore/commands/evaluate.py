@@ -5,6 +5,7 @@
     dialscore eval mutual --data ../shared/data/mutual/dev --scorer rerank --out runs/eval
     dialscore eval decode --data ../shared/data/decode/test.jsonl --modes structured,unstructured \\
         --diagnostics a2t,rct --seed 0 --out runs/eval
+    dialscore eval decode-human-bot --data human_bot.jsonl --mode structured --out runs/eval
     dialscore eval robustness --data ../shared/data/mutual/dev.jsonl --scorer nll \\
         --model dialogpt-medium --n 200 --seed 0 --out runs/eval
 
@@ -23,6 +24,7 @@ import sys
 
 from dialscore.commands import service_args
 from dialscore.commands.service_args import add_server_args, comma_list
+from dialscore.evals.detector_kind import DETECTOR_KINDS
 from dialscore.evals.robustness import KINDS
 from dialscore.evals.runners.decode import DECODE_MODES, DIAGNOSTICS
 from dialscore.evals.runners.mutual import MUTUAL_SCORERS
@@ -71,7 +73,31 @@ def register(sub) -> None:
     d.add_argument("--chunk-size", type=int, default=DIALOGUE_CHUNK,
                    help=f"dialogues per request (default {DIALOGUE_CHUNK}; lowered to the "
                         "service's published max_dialogues)")
+    d.add_argument("--detector-kind", choices=DETECTOR_KINDS, default="nli",
+                   help="nli: an off-the-shelf NLI checkpoint (default); decode-trained: fine-tuned "
+                        "on DECODE (dialscore train detector); the report names the comparable "
+                        "paper row")
     d.set_defaults(func=_decode)
+
+    h = evals.add_parser("decode-human-bot",
+                         help="DECODE human-bot analyses: every utterance against its context "
+                              "(resumable), P/R/F1/AUC, five fire-rate groups, per-bot Pearson r")
+    _common(h)
+    h.add_argument("--mode", choices=DECODE_MODES, default="structured", help="detector mode")
+    h.add_argument("--threshold", type=float, default=0.5, help="contradiction threshold (0.5)")
+    h.add_argument("--model", default=None, help="the classifier (default: the service's detector)")
+    h.add_argument("--min-utterances", type=int, default=180,
+                   help="bots with fewer bot utterances are left out of Pearson r (default 180)")
+    h.add_argument("--annotator-key", default=None,
+                   help="the turn auxiliary's field counting the annotators who marked it "
+                        "(default: the first of dialscore.evals.decode_human_bot.ANNOTATOR_KEYS)")
+    h.add_argument("--limit", type=int, default=None, help="evaluate the first N utterances only")
+    h.add_argument("--chunk-size", type=int, default=DIALOGUE_CHUNK,
+                   help=f"dialogues per request (default {DIALOGUE_CHUNK})")
+    h.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    h.add_argument("--detector-kind", choices=DETECTOR_KINDS, default="nli",
+                   help="nli (default) or decode-trained; the report names the comparable figures")
+    h.set_defaults(func=_decode_human_bot)
 
     r = evals.add_parser("robustness", help="ADEM-style perturbation battery for any scorer")
     _common(r)
@@ -130,6 +156,17 @@ def _decode(args: argparse.Namespace) -> int:
         client, args.data, args.out, modes=args.modes, threshold=args.threshold,
         evidence_threshold=args.evidence_threshold, diagnostics=args.diagnostics, seed=args.seed,
         model=args.model, chunk_size=args.chunk_size, limit=args.limit,
+        detector_kind=args.detector_kind, progress=not args.no_progress, echo=print))
+
+
+def _decode_human_bot(args: argparse.Namespace) -> int:
+    from dialscore.evals.runners.decode_human_bot import arun_decode_human_bot
+
+    return _run(args, lambda client: arun_decode_human_bot(
+        client, args.data, args.out, mode=args.mode, threshold=args.threshold, model=args.model,
+        min_utterances=args.min_utterances, annotator_key=args.annotator_key,
+        chunk_size=args.chunk_size, limit=args.limit, detector_kind=args.detector_kind,
+        plot=not args.no_plot,
         progress=not args.no_progress, echo=print))
 
 

@@ -40,7 +40,7 @@ def register(sub) -> None:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from dialscore.errors import DialscoreError
+    from dialscore.errors import DialscoreError, RetryBudgetExhaustedError
     from dialscore.extras import MissingExtra
     from dialscore.probes import SAMPLE_DATA
     from dialscore.probes.data import ProbeDataError
@@ -58,6 +58,10 @@ def _probe(args: argparse.Namespace) -> int:
     except MissingExtra as exc:
         print(f"dialscore probe: {exc}", file=sys.stderr)
         return 1
+    except RetryBudgetExhaustedError as exc:
+        print(f"dialscore probe: stopped: {exc}\nThe rows scored so far are kept in {args.out}; run "
+              "the same command again later to resume from them.", file=sys.stderr)
+        return 75  # EX_TEMPFAIL: try again later
     except (DialscoreError, ValueError, OSError) as exc:
         print(f"dialscore probe: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -17,6 +17,14 @@ Metrics (`decode_metrics`), with "contradiction" as the positive class:
   evidence a prediction reports counts as reported, whatever its label);
 - supporting-evidence precision, recall and F1 over (dialogue, earlier turn) pairs, pooled over
   all dialogues given (micro-averaged; F1 = 2tp / (2tp + fp + fn));
+  these `strict_accuracy` / `evidence_*` figures are the *pooled* convention. The paper's
+  evidence (Eq. 3) ranges over earlier turns of the last speaker only, so the *paper-scope*
+  figures (`*_paper`) count only the same-speaker candidate pairs of gold contradictions: gold
+  and predicted evidence are both restricted to the earlier turns by the last speaker, over the
+  dialogues labelled contradiction; `strict_accuracy_paper` needs the label right and, for a gold
+  contradiction, the restricted evidence sets equal. `n_other_speaker_gold_evidence` counts the
+  gold evidence turns by another speaker (which a structured detector can never return).
+  A mode that returns no evidence (unstructured) has neither: those fields are "n/a" (:data:`NA`);
 - precision, recall and F1 of the label, ROC AUC of the probability, and the fire rate (share
   predicted contradiction), overall and per group (by default the record's `auxiliary.source`).
 A ratio whose denominator is zero is None rather than 0.
@@ -31,6 +39,8 @@ and counted):
   when that one is by another speaker (the utterance it answers), else the turn just after it
   when that one is by another speaker; the last utterance is never removed. The label becomes
   non-contradiction and the evidence empty.
+Both sets then drop every derived dialogue with no earlier turn by the last speaker (as the
+official RCT set does) and count them (`TransformResult.dropped`).
 Both renumber the turn ids to 0..n-1 in order (DECODE files use ids equal to positions) and map
 the evidence accordingly; `meta["source_turn_ids"]` gives each new turn's original id (None for
 an inserted turn) and `meta["transform"]` the transform's name.
@@ -261,10 +271,15 @@ class DecodeMetrics:
     n_gold_contradiction: int
     n_predicted_contradiction: int
     accuracy: float | None
-    strict_accuracy: float | None
-    evidence_precision: float | None
-    evidence_recall: float | None
-    evidence_f1: float | None
+    strict_accuracy: float | None | str
+    evidence_precision: float | None | str
+    evidence_recall: float | None | str
+    evidence_f1: float | None | str
+    strict_accuracy_paper: float | None | str
+    evidence_precision_paper: float | None | str
+    evidence_recall_paper: float | None | str
+    evidence_f1_paper: float | None | str
+    n_other_speaker_gold_evidence: int
     precision: float | None
     recall: float | None
     f1: float | None
@@ -283,8 +298,13 @@ class DecodeMetrics:
 
 NO_GROUP = "(none)"
 
+#: What an evidence figure reads for a mode that returns no evidence (the paper prints "-").
+NA = "n/a"
+
 _METRIC_ORDER = ("n", "n_gold_contradiction", "n_predicted_contradiction", "accuracy",
                  "strict_accuracy", "evidence_precision", "evidence_recall", "evidence_f1",
+                 "strict_accuracy_paper", "evidence_precision_paper", "evidence_recall_paper",
+                 "evidence_f1_paper", "n_other_speaker_gold_evidence",
                  "precision", "recall", "f1", "roc_auc", "fire_rate")
 
 
@@ -302,8 +322,12 @@ def side_by_side(metrics: Mapping[str, Mapping[str, DecodeMetrics]]) -> list[dic
 
 
 def decode_metrics(gold: Sequence[DecodeDialogue], predictions: Sequence[Prediction],
-                   groups: Sequence[str | None] | None = None) -> DecodeMetrics:
+                   groups: Sequence[str | None] | None = None,
+                   returns_evidence: bool = True) -> DecodeMetrics:
     """All DECODE metrics for paired gold dialogues and predictions (see the module docstring).
+
+    `returns_evidence=False` (the unstructured mode) makes every strict-accuracy and evidence
+    figure :data:`NA`.
 
     `groups` overrides each dialogue's `group` for the per-group fire rate; None becomes
     "(none)".
@@ -315,7 +339,8 @@ def decode_metrics(gold: Sequence[DecodeDialogue], predictions: Sequence[Predict
     n = len(gold)
     tp = fp = fn = 0
     ev_tp = ev_fp = ev_fn = 0
-    correct = strict = 0
+    pe_tp = pe_fp = pe_fn = 0
+    correct = strict = strict_paper = other_speaker = 0
     fired: dict[str, list[bool]] = {}
     for i, (g, p) in enumerate(zip(gold, predictions)):
         label_ok = g.is_contradiction == p.is_contradiction
@@ -327,18 +352,36 @@ def decode_metrics(gold: Sequence[DecodeDialogue], predictions: Sequence[Predict
         ev_tp += len(p.evidence & g.evidence)
         ev_fp += len(p.evidence - g.evidence)
         ev_fn += len(g.evidence - p.evidence)
+        same = frozenset(t.id for t in g.turns[:-1] if t.speaker == g.last.speaker)
+        other_speaker += len(g.evidence - same)
+        if g.is_contradiction:
+            g_same, p_same = g.evidence & same, p.evidence & same
+            pe_tp += len(p_same & g_same)
+            pe_fp += len(p_same - g_same)
+            pe_fn += len(g_same - p_same)
+            strict_paper += label_ok and p_same == g_same
+        else:
+            strict_paper += label_ok
         key = groups[i] if groups is not None else g.group
         fired.setdefault(NO_GROUP if key is None else str(key), []).append(p.is_contradiction)
     precision, recall, f1 = prf(tp, fp, fn)
     ev_p, ev_r, ev_f1 = prf(ev_tp, ev_fp, ev_fn)
+    pe_p, pe_r, pe_f1 = prf(pe_tp, pe_fp, pe_fn)
+    evidence: dict[str, float | None | str] = {
+        "strict_accuracy": strict / n if n else None,
+        "evidence_precision": ev_p, "evidence_recall": ev_r, "evidence_f1": ev_f1,
+        "strict_accuracy_paper": strict_paper / n if n else None,
+        "evidence_precision_paper": pe_p, "evidence_recall_paper": pe_r, "evidence_f1_paper": pe_f1}
+    if not returns_evidence:
+        evidence = {k: NA for k in evidence}
     n_fired = sum(p.is_contradiction for p in predictions)
     return DecodeMetrics(
         n=n,
         n_gold_contradiction=sum(g.is_contradiction for g in gold),
         n_predicted_contradiction=n_fired,
         accuracy=correct / n if n else None,
-        strict_accuracy=strict / n if n else None,
-        evidence_precision=ev_p, evidence_recall=ev_r, evidence_f1=ev_f1,
+        **evidence,  # type: ignore[arg-type]
+        n_other_speaker_gold_evidence=other_speaker,
         precision=precision, recall=recall, f1=f1,
         roc_auc=roc_auc([g.is_contradiction for g in gold], [p.probability for p in predictions])
         if n else None,
@@ -440,10 +483,25 @@ def rct(dialogue: DecodeDialogue) -> DecodeDialogue:
 
 @dataclass(frozen=True)
 class TransformResult:
-    """A diagnostic set and the ids of the dialogues it skipped (not applicable)."""
+    """A diagnostic set, the ids of the dialogues it skipped (not applicable) and of those it
+    dropped after the transform for having no earlier turn by the last speaker (the official
+    RCT set's filter: it keeps 2,011 of the 2,108 test contradictions)."""
 
     dialogues: tuple[DecodeDialogue, ...]
     skipped: tuple[str, ...]
+    dropped: tuple[str, ...] = ()
+
+
+def has_same_speaker_context(d: DecodeDialogue) -> bool:
+    """Whether some earlier turn is by the last turn's speaker (else a structured detector has
+    nothing to compare, and the official diagnostic sets leave the dialogue out)."""
+    return any(t.speaker == d.last.speaker for t in d.turns[:-1])
+
+
+def _filtered(out: list[DecodeDialogue], skipped: list[str]) -> TransformResult:
+    kept = [d for d in out if has_same_speaker_context(d)]
+    dropped = [d.meta.get("source_id", d.id) for d in out if not has_same_speaker_context(d)]
+    return TransformResult(tuple(kept), tuple(skipped), tuple(dropped))
 
 
 def transform_rng(seed: int, name: str, dialogue_id: str) -> random.Random:
@@ -461,7 +519,7 @@ def a2t_set(dialogues: Sequence[DecodeDialogue], seed: int = 0,
             out.append(a2t(d, donors, transform_rng(seed, "a2t", d.id)))
         except NotApplicable:
             skipped.append(d.id)
-    return TransformResult(tuple(out), tuple(skipped))
+    return _filtered(out, skipped)
 
 
 def rct_set(dialogues: Sequence[DecodeDialogue]) -> TransformResult:
@@ -472,4 +530,4 @@ def rct_set(dialogues: Sequence[DecodeDialogue]) -> TransformResult:
             out.append(rct(d))
         except NotApplicable:
             skipped.append(d.id)
-    return TransformResult(tuple(out), tuple(skipped))
+    return _filtered(out, skipped)

@@ -6,10 +6,13 @@ Metrics (spec section 2), per group of scored pairs:
   corrupted one's (a tie is a miss); chance is 0.5.
 * **mean ΔNLL**: the mean of ``NLL(corrupted) - NLL(valid)``; positive means the model prefers
   the valid explanation.
-* **95% CI of the accuracy**: percentile bootstrap over the group's pairs (resampled with
-  replacement, ``n_boot`` times, default 1000), from a generator seeded with the run's seed and
-  the group's key, so a report is reproducible. Pairs are treated as independent (they are not
-  quite: one valid explanation meets six corruptions); with few pairs the interval is wide.
+* **95% CI of the accuracy**: percentile bootstrap that resamples *dialogues* (with
+  replacement, ``n_boot`` times, default 1000; a dialogue is (dataset, dialogue_id)) and takes
+  every pair of each drawn dialogue, from a generator seeded with the run's seed and the group's
+  key, so a report is reproducible. Pairs are not independent (the pairs of one explanation share
+  its NLL, the explanations of one dialogue share its history), so resampling pairs would give
+  intervals 1.2-1.4 times too narrow. :mod:`dialscore.probes.compare` compares two models on the
+  same pairs with the same dialogue-level bootstrap.
 
 Groups: model x setting x dataset x category, and model x setting x dataset x corruption, each
 also with ``dataset == "all"`` (every dataset pooled). A category group has
@@ -43,6 +46,7 @@ from dialscore.reporting.rows import write_csv, write_jsonl
 from dialscore.reporting.tables import render_grid
 
 __all__ = ["PAPER_DATASETS", "GroupMetrics", "Report", "ScoredPair", "accuracy", "bootstrap_ci",
+           "cluster_bootstrap_ci",
            "format_tables", "mean_delta", "plot_corruptions", "plot_models", "summarize",
            "write_outputs"]
 
@@ -103,9 +107,38 @@ def _group_seed(seed: int, key: Sequence[str]) -> int:
     return int.from_bytes(hashlib.sha256(json.dumps([seed, *key]).encode()).digest()[:8], "big")
 
 
+def cluster_bootstrap_ci(outcomes: Sequence[bool], clusters: Sequence[Any], seed: int,
+                         n_boot: int = 1000, level: float = 0.95) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the pooled mean of 0/1 outcomes, resampling whole
+    clusters (e.g. dialogues) with replacement: each replicate draws as many clusters as there
+    are and takes the share of successes among all their outcomes. None for no outcomes. Needs
+    numpy (the `reports` extra)."""
+    if len(outcomes) != len(clusters):
+        raise ValueError(f"{len(outcomes)} outcomes but {len(clusters)} cluster labels")
+    if not outcomes:
+        return None
+    import numpy as np
+
+    index: dict[Any, int] = {}
+    for c in clusters:
+        index.setdefault(c, len(index))
+    sizes = np.zeros(len(index))
+    hits = np.zeros(len(index))
+    for o, c in zip(outcomes, clusters):
+        sizes[index[c]] += 1
+        hits[index[c]] += bool(o)
+    rng = np.random.Generator(np.random.PCG64(seed))
+    draws = rng.integers(0, len(index), size=(n_boot, len(index)))
+    means = hits[draws].sum(axis=1) / sizes[draws].sum(axis=1)
+    alpha = (1.0 - level) / 2
+    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
+    return float(lo), float(hi)
+
+
 def bootstrap_ci(outcomes: Sequence[bool], seed: int, n_boot: int = 1000,
                  level: float = 0.95) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of the mean of 0/1 outcomes; None for no outcomes.
+    """Percentile bootstrap interval of the mean of 0/1 outcomes treated as independent (the
+    pair-level interval; reports use :func:`cluster_bootstrap_ci`); None for no outcomes.
 
     Resampling n outcomes with replacement and counting successes is a Binomial(n, k/n) draw, so
     that is what is drawn (the same distribution, without materialising the resamples). Needs
@@ -147,7 +180,8 @@ GROUP_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(GroupMetrics))
 
 def _metrics(key: tuple[str, str, str, str, str], pairs: Sequence[ScoredPair], seed: int,
              n_boot: int) -> GroupMetrics:
-    ci = bootstrap_ci([p.correct for p in pairs], _group_seed(seed, key), n_boot)
+    ci = cluster_bootstrap_ci([p.correct for p in pairs], [(p.dataset, p.dialogue_id) for p in pairs],
+                              _group_seed(seed, key), n_boot)
     return GroupMetrics(*key, n=len(pairs), correct=sum(p.correct for p in pairs),
                         accuracy=accuracy(pairs), ci_low=ci[0] if ci else None,
                         ci_high=ci[1] if ci else None, mean_delta=mean_delta(pairs),
@@ -229,7 +263,7 @@ class Report(RunEnvelope):
         return {"skipped": self.skipped, "groups": [g.to_dict() for g in self.groups],
                 "metrics": {"accuracy": "share of pairs with NLL(valid) < NLL(corrupted); ties are misses",
                             "mean_delta": "mean of NLL(corrupted) - NLL(valid)",
-                            "ci": "95% percentile bootstrap of the accuracy",
+                            "ci": "95% percentile bootstrap of the accuracy, resampling dialogues",
                             "n_boot": self.config.get("n_boot")}}
 
 
@@ -256,8 +290,8 @@ def _format_note(models: Mapping[str, Mapping[str, Any]], setting: str) -> str:
 
 def format_tables(groups: Sequence[GroupMetrics], models: Mapping[str, Mapping[str, Any]] | None = None,
                   skipped: Sequence[Mapping[str, Any]] = ()) -> str:
-    """Plain-text tables: per setting, models x (dataset x category) with "accuracy / ΔNLL" cells
-    (the paper's Table 1/2 layout), then a long table per corruption with counts and 95% CIs."""
+    """Plain-text tables: per setting, models x (category, then dataset) with "accuracy / ΔNLL"
+    cells (the paper's Table 1/2 nesting), the pooled "all datasets" columns last, then a long table per corruption with counts and 95% CIs."""
     models = models or {}
     index = {(g.model, g.setting, g.dataset, g.category, g.corruption): g for g in groups}
     out: list[str] = []
@@ -269,25 +303,26 @@ def format_tables(groups: Sequence[GroupMetrics], models: Mapping[str, Mapping[s
     settings = sorted({g.setting for g in groups}, key=lambda s: (s != "inference", s))
     for setting in settings:
         names = sorted({g.model for g in groups if g.setting == setting})
-        datasets = ordered_datasets(g.dataset for g in groups if g.setting == setting) + ["all"]
+        datasets = ordered_datasets(g.dataset for g in groups if g.setting == setting)
         out.append(f"{SETTING_TITLES.get(setting, setting)} -- accuracy / mean ΔNLL")
         note = _format_note({n: models[n] for n in names if n in models}, setting)
         if note:
             out.append(f"({note})")
+        # The paper's nesting: category, then dataset; the pooled columns come last, as an extra.
+        columns = [(cat, ds, cat if i == 0 else "", ds) for cat in CATEGORIES
+                   for i, ds in enumerate(datasets)]
+        columns += [(cat, "all", "pooled (all datasets)" if i == 0 else "", cat)
+                    for i, cat in enumerate(CATEGORIES)]
         top, sub, counts = ["model"], [""], ["(pairs)"]
         body = []
-        for ds in datasets:
-            for i, cat in enumerate(CATEGORIES):
-                top.append(("All datasets" if ds == "all" else ds) if i == 0 else "")
-                sub.append(cat)
-                ns = {index[k].n for k in index if k[1:] == (setting, ds, cat, "all")}
-                counts.append(("n=" + str(ns.pop()) if len(ns) == 1 else "n varies") if ns else "-")
+        for cat, ds, head, subhead in columns:
+            top.append(head)
+            sub.append(subhead)
+            ns = {index[k].n for k in index if k[1:] == (setting, ds, cat, "all")}
+            counts.append(("n=" + str(ns.pop()) if len(ns) == 1 else "n varies") if ns else "-")
         for name in names:
-            row = [name]
-            for ds in datasets:
-                for cat in CATEGORIES:
-                    row.append(_cell(index.get((name, setting, ds, cat, "all"))))
-            body.append(row)
+            body.append([name] + [_cell(index.get((name, setting, ds, cat, "all")))
+                                  for cat, ds, _, _ in columns])
         out.append(render_grid([top, sub] + body + [counts], header_rows=2))
         out.append("")
         out.append(f"{SETTING_TITLES.get(setting, setting)} -- per corruption, all datasets")

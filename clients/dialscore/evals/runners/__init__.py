@@ -11,6 +11,11 @@ every file atomically (:mod:`dialscore.reporting`). The file names carry the eva
     decode      decode.csv / .json          one row per (set, dialogue): gold and each mode's answer
                 decode-metrics.csv / .json  one row per (set, mode): every DECODE metric
                 decode-a2t.jsonl, decode-rct.jsonl   the diagnostic sets generated (when any)
+    decode-human-bot  decode-human-bot-MODE.predictions.jsonl   the resume store (one row per utterance)
+                decode-human-bot-MODE.csv / .json       one row per utterance: bot, human?, mark,
+                                                        annotators, the prediction
+                decode-human-bot-MODE-bots.csv / .json  per bot: n, mean score, marked rate, kept
+                decode-human-bot-MODE.png               mean score vs marked rate per bot (matplotlib)
     robustness  robustness-TAG.csv / .json            one row per (response, variant)
                 robustness-TAG-variants.csv / .json   the statistics of each variant
                 robustness-TAG.png                    mean score per variant (+- 1 SD), share beating
@@ -28,6 +33,7 @@ twin taking a `DialscoreClient` or a URL:
 
     mutual      arun_mutual, run_mutual, MUTUAL_SCORERS
     decode      arun_decode, run_decode, DECODE_MODES, DIAGNOSTICS
+    decode_human_bot  arun_decode_human_bot (resumable: prediction_store.PredictionStore)
     robustness  arun_robustness, run_robustness, ROBUSTNESS_SCORERS
     sync        run_sync: a runner coroutine on an async client mirroring a sync one
     selection   first: the records a runner keeps (`limit`), refusing an empty set

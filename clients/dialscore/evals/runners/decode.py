@@ -12,6 +12,7 @@ from dialscore.evals.decode import (
     DecodeDialogue, DecodeMetrics, Prediction, a2t_set, decode_metrics, rct_set, read_decode,
     side_by_side, write_decode,
 )
+from dialscore.evals.detector_kind import comparable_row
 from dialscore.evals.runners.selection import first
 from dialscore.evals.runners.sync import run_sync
 from dialscore.evals.scorers import DIALOGUE_CHUNK, detect
@@ -68,14 +69,15 @@ async def arun_decode(client: AsyncDialscoreClient, path: str | Path,
                       threshold: float = 0.5, evidence_threshold: float | None = None,
                       diagnostics: Sequence[str] = DIAGNOSTICS, seed: int = 0,
                       model: str | None = None, chunk_size: int = DIALOGUE_CHUNK,
-                      limit: int | None = None, progress: bool = True,
-                      echo: Echo = None) -> DecodeRun:
+                      limit: int | None = None, detector_kind: str = "nli",
+                      progress: bool = True, echo: Echo = None) -> DecodeRun:
     """Detect contradictions in a DECODE file in each mode and report every DECODE metric.
 
     The dialogues go to POST /v1/contradiction in chunks of `chunk_size` (lowered to the
     deployment's published max_dialogues; sent concurrently) with `threshold` and
     `evidence_threshold`; `model` names the classifier (default: the service's detector).
-    `diagnostics` generates the A2T and RCT sets from the dialogues labelled contradiction with
+    `detector_kind` ("nli" or "decode-trained") is stated in the report with the paper row the
+    figures compare with. `diagnostics` generates the A2T and RCT sets from the dialogues labelled contradiction with
     evidence (A2T donors drawn under `seed`), writes them as DECODE JSON Lines and evaluates them
     in every mode too; a file without evidence annotations yields empty sets, and the report
     gives the number of dialogues skipped. `limit` keeps the first dialogues.
@@ -83,6 +85,7 @@ async def arun_decode(client: AsyncDialscoreClient, path: str | Path,
     bad = [m for m in modes if m not in DECODE_MODES]
     if bad or not modes:
         raise ValueError(f"modes must be some of {', '.join(DECODE_MODES)}, got {list(modes)}")
+    kind_notes = [comparable_row(detector_kind, m) for m in modes]  # refuses an unknown kind
     bad = [d for d in diagnostics if d not in DIAGNOSTICS]
     if bad:
         raise ValueError(f"unknown diagnostic set(s) {bad}; choose from {', '.join(DIAGNOSTICS)}")
@@ -100,9 +103,11 @@ async def arun_decode(client: AsyncDialscoreClient, path: str | Path,
 
     sets: dict[str, list[DecodeDialogue]] = {"original": list(dialogues)}
     skipped: dict[str, int] = {}
+    dropped: dict[str, int] = {}
     for name in diagnostics:
         result = a2t_set(dialogues, seed=seed) if name == "a2t" else rct_set(dialogues)
         skipped[name] = len(result.skipped)
+        dropped[name] = len(result.dropped)
         if result.dialogues:
             sets[name] = list(result.dialogues)
             files[f"{name}_set"] = write_decode(out / f"decode-{name}.jsonl", result.dialogues)
@@ -120,7 +125,8 @@ async def arun_decode(client: AsyncDialscoreClient, path: str | Path,
             classifier = named or classifier
             preds = [Prediction.from_response(r.model_dump()) for r in results]
             predictions[name][mode] = preds
-            metrics[name][mode] = decode_metrics(ds, preds)
+            metrics[name][mode] = decode_metrics(ds, preds,
+                                                 returns_evidence=mode == "structured")
 
     rows = _rows(sets, modes, predictions)
     metric_rows = [{"set": s, "mode": m, **metrics[s][m].as_row()} for s in sets for m in modes]
@@ -130,13 +136,21 @@ async def arun_decode(client: AsyncDialscoreClient, path: str | Path,
 
     table = format_table(side_by_side(metrics), title=f"DECODE contradiction detection: {path}")
     notes = [f"{name.upper()}: {len(sets.get(name, ()))} dialogue(s) generated, {skipped[name]} "
-             "skipped (only contradictions with evidence annotations qualify)" for name in diagnostics]
-    if notes:
-        table += "\n" + "\n".join(notes)
+             "skipped (only contradictions with evidence annotations qualify), "
+             f"{dropped[name]} dropped (no earlier turn by the last speaker left, as in the "
+             "official RCT set)" for name in diagnostics]
+    notes.append("evidence: strict_accuracy / evidence_* pool every dialogue and every gold turn; "
+                 "*_paper keep the same-speaker candidate pairs of gold contradictions (Eq. 3); "
+                 "n_other_speaker_gold_evidence = gold turns no structured detector can return; "
+                 "n/a = the mode returns no evidence")
+    notes += [f"{m}: {line}" for m, line in zip(modes, kind_notes)]
+    table += "\n" + "\n".join(notes)
     envelope.models = model_provenance(served, [classifier])
     results_json = {
-        "classifier": classifier, "dialogues_read": len(read),
-        "diagnostics": {name: {"n": len(sets.get(name, ())), "skipped": skipped[name]}
+        "classifier": classifier, "dialogues_read": len(read), "detector_kind": detector_kind,
+        "comparable_to": dict(zip(modes, kind_notes)),
+        "diagnostics": {name: {"n": len(sets.get(name, ())), "skipped": skipped[name],
+                               "dropped": dropped[name]}
                         for name in diagnostics},
         "metrics": {s: {m: metrics[s][m] for m in modes} for s in sets},
     }
