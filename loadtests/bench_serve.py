@@ -86,7 +86,7 @@ async def closed_loop_nll(url: str, model: str, requests: list[list[dict]], clie
                 r = await client.post("/v1/nll", json={"model": model, "items": items})
                 run.latencies.append(time.perf_counter() - t0)
                 r.raise_for_status()
-                run.compute_s.append(float(r.headers.get("x-compute-time", "nan")))
+                run.compute_s.append(float(r.headers.get("x-compute-time", "nan")) / 1000)  # ms, as TEI
                 run.nlls[k] = [x["nll"] for x in r.json()["results"]]
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(clients)))

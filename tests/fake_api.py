@@ -10,8 +10,11 @@ requests and no process hop (the deployment tests cover those).
     api = FakeAPI()                                   # models: FAKE_CARDS
     client = DialscoreClient("http://fake", transport=api.transport())
     api.nll_items                                     # [(model, item JSON), ...] scored so far
+    api.bodies["/v1/rerank"]                          # every JSON body POSTed there, in order
 
-The fake NLL of an item is :func:`hash_nll` (deterministic, in [1, 5)) unless a `scorer` is given.
+The fake NLL of an item is :func:`hash_nll` (deterministic, in [1, 5)) unless a `scorer` is given;
+the fake classifier's contradiction probability of a (premise, hypothesis) pair is
+:func:`negation_probability` unless a `classifier` is given.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from dialscore.client import AsyncDialscoreClient
 from dialscore.model_card import DialogueFormat, ModelCard
 from dialscore_server.batching import BatchStats
 from dialscore_server.checkpoints.registry import ModelConfig
@@ -59,6 +63,8 @@ FAKE_CARDS: list[ModelCard] = [
 
 #: ``scorer(model, item_json) -> mean NLL`` (item_json as the client sent it).
 Scorer = Callable[[str, dict[str, Any]], float]
+#: ``classifier(premise, hypothesis) -> P(contradiction)`` of one NLI pair.
+PairClassifier = Callable[[str, str], float]
 
 
 def hash_nll(model: str, item: dict[str, Any]) -> float:
@@ -143,10 +149,11 @@ def negation_probability(premise: str, hypothesis: str) -> float:
 
 
 class FakeDetector(ContradictionDetector):
-    """The real detector (pairing, verdicts, evidence) over :func:`negation_probability`."""
+    """The real detector (pairing, verdicts, evidence) over a fake pair classifier (default
+    :func:`negation_probability`)."""
 
-    def __init__(self, card: ModelCard):
-        super().__init__(classifier=lambda pairs: [negation_probability(p, h) for p, h in pairs])
+    def __init__(self, card: ModelCard, classifier: PairClassifier = negation_probability):
+        super().__init__(classifier=lambda pairs: [classifier(p, h) for p, h in pairs])
         self._card = card
 
     @classmethod
@@ -188,18 +195,27 @@ class _Transport(httpx.BaseTransport, httpx.AsyncBaseTransport):
     """An httpx transport for sync and async clients alike: the ASGI app runs on the caller's
     loop (async) or on a private loop thread (sync)."""
 
-    def __init__(self, app: Any, seen: list[str]):
+    def __init__(self, app: Any, seen: list[str], bodies: dict[str, list[Any]]):
         self._asgi = httpx.ASGITransport(app=app)
-        self._seen = seen
+        self._seen, self._bodies = seen, bodies
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    def _record(self, request: httpx.Request) -> None:
         self._seen.append(request.url.path)
+        if request.method == "POST":
+            try:
+                body = json.loads(request.read())
+            except ValueError:  # not JSON: the server's 400 is what the test looks at
+                return
+            self._bodies.setdefault(request.url.path, []).append(body)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self._record(request)
         return await self._asgi.handle_async_request(request)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self._seen.append(request.url.path)
+        self._record(request)
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
@@ -216,12 +232,19 @@ class _Transport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         return asyncio.run_coroutine_threadsafe(go(), self._loop).result()
 
 
+def app_transport(app: Any) -> _Transport:
+    """A transport (sync or async) onto any ASGI app, e.g. one built over real engines."""
+    return _Transport(app, [], {})
+
+
 class FakeAPI:
     """The API over fake engines. See the module docstring.
 
     Args:
         cards: the served models (dialogue models get a FakeNLLEngine, classifiers a FakeDetector).
         scorer: the fake NLL of an item.
+        classifier: the fake contradiction probability of an NLI pair (the real detector pairs
+            the turns, takes the maximum and picks the evidence).
         limits: the deployment's limits (default: the service's defaults).
         fail_after: answer 503 ``overloaded`` to every scoring request after that many (a server
             going down halfway).
@@ -229,7 +252,7 @@ class FakeAPI:
 
     def __init__(self, cards: Sequence[ModelCard] = FAKE_CARDS, scorer: Scorer = hash_nll,
                  limits: Limits | None = None, fail_after: int | None = None,
-                 token: str | None = None):
+                 token: str | None = None, classifier: PairClassifier = negation_probability):
         self.cards = list(cards)
         self.fail_after = fail_after
         self.lock = threading.Lock()
@@ -237,10 +260,11 @@ class FakeAPI:
         self.nll_items: list[tuple[str, dict[str, Any]]] = []
         self.max_request_items = 0
         self.paths: list[str] = []  # every request's path, in order
+        self.bodies: dict[str, list[Any]] = {}  # path -> every JSON body POSTed there, in order
         nll, classifiers = {}, {}
         for card in self.cards:
             if card.family == "classifier":
-                classifiers[card.name] = LocalHandle(ContradictionServing(FakeDetector(card), 4096))
+                classifiers[card.name] = LocalHandle(ContradictionServing(FakeDetector(card, classifier), 4096))
             else:
                 engine = FakeNLLEngine(card, scorer)
                 nll[card.name] = LocalHandle(NLLServing(engine, 8192), self._hook(card.name))
@@ -264,7 +288,11 @@ class FakeAPI:
 
     def transport(self) -> _Transport:
         """A transport for a sync or an async client (``transport=`` of either)."""
-        return _Transport(self.app, self.paths)
+        return _Transport(self.app, self.paths, self.bodies)
+
+    def client(self, **kw: Any) -> AsyncDialscoreClient:
+        """An async client on this fake (keyword arguments as the client's)."""
+        return AsyncDialscoreClient("http://fake", transport=self.transport(), **kw)
 
 
 def error(status: int, type: str, message: str, param: str | None = None,
@@ -274,4 +302,7 @@ def error(status: int, type: str, message: str, param: str | None = None,
     server's status table."""
     err = ServiceError(type, message, param)  # type: ignore[arg-type]
     assert err.status == status, f"{type} is {err.status}, not {status}"
-    return httpx.Response(status, json=err.body(), headers={"x-error-type": type, **(headers or {})})
+    sent = {"x-error-type": type}
+    if type == "timeout":  # as gateway/http_errors.py: the gateway's 408 dropped the work
+        sent["x-work-dropped"] = "true"
+    return httpx.Response(status, json=err.body(), headers={**sent, **(headers or {})})

@@ -134,8 +134,10 @@ class RerankResult(_Result):
 
 class RerankResponse(_Result):
     model: str | None = Field(None, description="The contradiction classifier used.")
+    revision: str | None = Field(None, description="The classifier's resolved revision.")
     stand_in: bool | None = None
     nll_model: str | None = None
+    nll_revision: str | None = Field(None, description="The NLL model's resolved revision.")
     speaker: str | int | None = Field(None, description="Who the candidates were attributed to.")
     mode: str | None = None
     results: list[RerankResult] = Field(description="Best first.")

@@ -213,7 +213,8 @@ def test_query_splits_into_lines_with_alternating_speakers_ending_before_the_can
 
 
 def test_tei_request_orders_like_v1_rerank():
-    from dialscore_server.rerank.protocol import RerankRequest, TEIRerankRequest, tei_results
+    from dialscore_server.rerank.protocol import RerankRequest
+    from dialscore_server.rerank.tei_protocol import TEIRerankRequest, tei_results
 
     rr, _ = reranker({"I have no pets.": 0.9, "Every day.": 0.1, "Sometimes.": 0.1})
     cands = ["I have no pets.", "Every day.", "Sometimes."]
@@ -228,8 +229,21 @@ def test_tei_request_orders_like_v1_rerank():
     assert body == [{"index": 1, "score": pytest.approx(0.9), "text": "Every day."},
                     {"index": 2, "score": pytest.approx(0.9), "text": "Sometimes."},
                     {"index": 0, "score": pytest.approx(0.1), "text": "I have no pets."}]
+    # raw_scores (TEI: logits) is refused, naming the field, not answered with something else.
     raw = TEIRerankRequest.model_validate({"query": tei.query, "texts": cands, "raw_scores": True})
-    assert tei_results(raw, out_tei) == [{"index": r.index, "score": r.score} for r in out_v1.results]
+    with pytest.raises(InputError) as e:
+        raw.check_options()
+    assert e.value.param == "raw_scores"
+
+
+def test_query_without_an_earlier_candidate_turn_is_refused_not_tied():
+    from dialscore_server.rerank.engine import require_candidate_turn
+
+    require_candidate_turn(query_context("I love dogs.\nDo you?"))
+    for query in ("just one line", "  \n\n"):
+        with pytest.raises(InputError) as e:
+            require_candidate_turn(query_context(query))
+        assert (e.value.param, e.value.status) == ("query", 422)
 
 
 # ------------------------------------------------------------------------------------ real model

@@ -77,7 +77,7 @@ def test_request_bodies_are_not_logged(served):
             client.post("/v1/nll", json={"model": "dialogpt-medium", "items": [{"context": [], "target": 5,
                                                                                    "x": marker}]}),
             client.post("/v1/contradiction", json={"dialogues": [{"turns": [{"speaker": marker, "text": marker}]}]}),
-            client.post("/rerank", json={"query": marker, "texts": [marker]}),
+            client.post("/rerank", json={"query": f"{marker}\n{marker}", "texts": [marker]}),
             client.post("/v1/nll", content=b'{"model": "' + marker.encode() + b'", ', headers={"content-type": "application/json"}),
         ]
     assert [r.status_code for r in sent] == [200, 404, 422, 200, 200, 422]

@@ -23,7 +23,12 @@ the report's provenance:
                    classifier, `nll_model` adds a dialogue model's NLL term with the service's
                    default weight; detail = the candidate's P(contradiction). One request per job
                    (its candidates as given), split into requests of at most the published
-                   max_candidates sent one after the other; jobs run concurrently.
+                   max_candidates sent one after the other; jobs run concurrently. A job whose
+                   candidates have nothing to contradict (no earlier context turn of their
+                   speaker), which the service refuses without an NLL model (422 naming
+                   ``speaker``), scores value 0.0 and P 0.0 for every candidate (a tie, as the
+                   contradiction scorer's 1 - 0 for the same job); such jobs are counted in
+                   ``RerankScorer.nothing_to_contradict``.
 
 A scorer is used for one run: the models it used (the classifier the service named) are known
 after :meth:`Scorer.score`.
@@ -38,6 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dialscore.batching import cap, chunked, gather_all, send_halving
+from dialscore.errors import InvalidRequestError
 from dialscore.evals.served import Served, resolve_model
 from dialscore.reporting.progress import Bar, progress_bar
 from dialscore.types import Turn
@@ -227,6 +233,8 @@ class RerankScorer:
         self.model = model
         self.nll_model = nll_model
         self._classifier: str | None = None
+        #: Jobs the service refused as having nothing to contradict (scored as a tie at 0.0).
+        self.nothing_to_contradict = 0
 
     async def score(self, client: AsyncDialscoreClient, jobs: Sequence[ReplyCandidates], *,
                     label: str, progress: bool = True) -> list[list[CandidateScore]]:
@@ -247,9 +255,16 @@ class RerankScorer:
 
             size = cap(max(1, len(job.texts)), limits.max_candidates if limits else None)
             ranked: list[RerankResult] = []
-            for _, part in chunked(job.texts, size):  # one job's requests one after the other
-                ranked += await send_halving(send, part, "candidates")
-            out[k] = [CandidateScore(r.score, r.contradiction_probability) for r in ranked]
+            try:
+                for _, part in chunked(job.texts, size):  # one job's requests one after the other
+                    ranked += await send_halving(send, part, "candidates")
+            except InvalidRequestError as exc:
+                if exc.param != "speaker":
+                    raise
+                self.nothing_to_contradict += 1
+                out[k] = [CandidateScore(0.0, 0.0) for _ in job.texts]
+            else:
+                out[k] = [CandidateScore(r.score, r.contradiction_probability) for r in ranked]
             bar.update(1)
 
         with progress_bar(len(jobs), f"{label} rerank", progress, unit="request") as bar:

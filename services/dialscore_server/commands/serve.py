@@ -3,6 +3,8 @@ instance), until Ctrl-C or SIGTERM.
 
     dialscore serve                                  the packaged deployments/local.yaml (stand-ins)
     dialscore serve --config my.yaml --port 8080     any Serve config's first application
+    dialscore serve MODEL_OR_PATH [--family causal|seq2seq] [--like ENTRY] [--dtype D] [--device D] [--name N]
+                                                     one checkpoint (family and format read from its config)
 
 On a Ray cluster use Serve's own tooling instead (`serve deploy deployments/cluster.yaml`).
 """
@@ -15,6 +17,16 @@ import argparse
 def register(sub) -> None:
     p = sub.add_parser("serve", help="run the service on a local Ray instance until interrupted",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", nargs="?", default=None, metavar="MODEL_OR_PATH",
+                   help="serve this one checkpoint (a folder or a hub id) instead of a config")
+    p.add_argument("--family", choices=["causal", "seq2seq"], default=None,
+                   help="with MODEL: its family (default: read from its config)")
+    p.add_argument("--like", default=None, metavar="ENTRY",
+                   help="with MODEL: take the dialogue format from this registry entry, e.g. "
+                   "blenderbot-400m (default: by the config's model_type, else its family's)")
+    p.add_argument("--dtype", default=None, help="with MODEL: weights' dtype (float32, bfloat16...)")
+    p.add_argument("--device", default=None, help="with MODEL: auto, cpu, cuda:0...")
+    p.add_argument("--name", default=None, help="with MODEL: the served name (default: its folder)")
     p.add_argument("--config", default=None,
                    help="Serve config whose first application's args are used (default: the "
                    "packaged deployments/local.yaml)")
@@ -30,7 +42,18 @@ def _serve(args: argparse.Namespace) -> int:
 
     from dialscore_server.gateway.embedded import LOCAL_CONFIG, app_args_from_yaml, serve_locally
 
-    app_args = app_args_from_yaml(args.config or LOCAL_CONFIG)
+    if args.model is not None:
+        if args.config is not None:
+            raise SystemExit("give MODEL_OR_PATH or --config, not both")
+        from dialscore_server.gateway.checkpoint_args import checkpoint_app_args
+
+        try:
+            app_args = checkpoint_app_args(args.model, family=args.family, dtype=args.dtype,
+                                           device=args.device, name=args.name, like=args.like)
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"dialscore serve: {exc}") from None
+    else:
+        app_args = app_args_from_yaml(args.config or LOCAL_CONFIG)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -39,7 +39,9 @@ class Reply(Generic[T]):
       request of each call, so every call is counted once; ``batch_requests``: requests merged
       into that call.
     * ``queue_s``: time the request waited in the replica before its engine call started;
-      ``compute_s``: the engine call's duration.
+      ``compute_s``: the engine call's duration; ``tokenize_s``: time spent tokenizing the request
+      before it was queued, where that is a step of its own (0.0 where the engine tokenizes inside
+      its call, as the contradiction detector does: then it is part of ``compute_s``).
     """
 
     value: T | None = None
@@ -48,6 +50,7 @@ class Reply(Generic[T]):
     batch_requests: int = 0
     queue_s: float = 0.0
     compute_s: float = 0.0
+    tokenize_s: float = 0.0
 
     def unwrap(self) -> T:
         """The value, or raise the error."""

@@ -1,7 +1,7 @@
 """The gateway's FastAPI app: the routes of every endpoint on one ingress (no Ray here).
 
 Routes (version 1): GET /v1/models, POST /v1/nll, POST /v1/contradiction, POST /v1/rerank,
-POST /rerank, GET /healthz, GET /readyz, GET /metrics; OpenAPI docs at /docs. Each endpoint's
+POST /rerank (TEI shape), POST /v2/rerank (Cohere v2 shape), GET /healthz, GET /readyz, GET /metrics; OpenAPI docs at /docs. Each endpoint's
 routes live in its own `api_router.py` and reach the models through the
 :class:`~dialscore_server.contract.backend.Backend` they are given. Every error leaves as
 ``{"error": {"type", "message", "param"}}`` (contract/errors.py); client input never produces a
@@ -20,7 +20,6 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
-from dialscore.model_card import ModelCard
 from dialscore_server import metrics
 from dialscore_server.contract.backend import Backend
 from dialscore_server.contract.errors import ServiceError, error_responses
@@ -28,9 +27,12 @@ from dialscore_server.contradiction.api_router import build_router as contradict
 from dialscore_server.gateway import http_errors
 from dialscore_server.gateway.auth import authorized
 from dialscore_server.gateway.body_limit import BodySizeLimit
+from dialscore_server.gateway.model_listing import ModelList, model_list
 from dialscore_server.gateway.openapi import install_openapi
 from dialscore_server.nll.api_router import build_router as nll_router
 from dialscore_server.rerank.api_router import build_router as rerank_router
+from dialscore_server.rerank.cohere_router import build_router as cohere_rerank_router
+from dialscore_server.rerank.tei_router import build_router as tei_rerank_router
 
 
 class Ingress(Backend, Protocol):
@@ -55,17 +57,15 @@ class Readiness(BaseModel):
     deployments: dict[str, str] = Field(description="Per model: `ok` or `unavailable: <reason>`.")
 
 
-class ModelList(BaseModel):
-    models: list[ModelCard]
-
-
 def create_app(gw: Ingress) -> FastAPI:
     """The FastAPI app of one gateway replica."""
     app = FastAPI(title="dialscore", version="1",
                   description="Per-token NLL scoring of dialogue models, contradiction detection "
                   "and reranking. Errors: {\"error\": {\"type\", \"message\", \"param\"}}.")
     http_errors.install(app)
-    app.add_middleware(BodySizeLimit, max_bytes=gw.limits.max_body_bytes)
+    app.state.limits = gw.limits  # read by the strict JSON reader (max_json_values)
+    app.add_middleware(BodySizeLimit, max_bytes=gw.limits.max_body_bytes,
+                       timeout_s=getattr(gw, "body_timeout", None))
 
     @app.middleware("http")
     async def observe(request: Request, call_next):
@@ -102,17 +102,22 @@ def create_app(gw: Ingress) -> FastAPI:
 
     # Documented, not validated on the way out: a card field of an unexpected type must not
     # turn GET /v1/models into a 500.
-    @app.get("/v1/models", summary="The models this deployment serves, with provenance.",
+    started = int(time.time())
+
+    @app.get("/v1/models", summary="The models this deployment serves, with provenance, in "
+             "dialscore's shape (`models`) and OpenAI's (`object`, `data`).",
              response_model=None, responses={200: {"model": ModelList, "description": "The models."},
                                              **error_responses("overloaded", "timeout", "model_error")})
     async def models() -> dict:
         cards = await asyncio.gather(*(gw.card(m) for m in gw.model_names))
-        return {"models": [c.model_dump(mode="json") for c in cards]}
+        return model_list(list(cards), started)
 
     app.include_router(nll_router(gw))
     if gw.has_classifiers:
         app.include_router(contradiction_router(gw))
         app.include_router(rerank_router(gw))
+        app.include_router(tei_rerank_router(gw))
+        app.include_router(cohere_rerank_router(gw))
     install_openapi(app, gw.limits, gw.token)
     # Metric labels are limited to documented routes (included routers do not list their
     # routes in app.routes, the OpenAPI schema does).

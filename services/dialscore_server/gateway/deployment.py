@@ -33,7 +33,7 @@ class HandleBackend:
 
     def __init__(self, nll: dict[str, Any], classifiers: dict[str, Any] | None = None,
                  reranker: Any | None = None, *, limits: Limits, request_timeout_s: float,
-                 queue_timeout_s: float | None, token: str | None):
+                 queue_timeout_s: float | None, token: str | None, body_timeout_s: float = 10.0):
         self.nll = nll
         self.classifiers = classifiers or {}
         self.models = {**nll, **self.classifiers}  # every servable model by name
@@ -43,6 +43,7 @@ class HandleBackend:
         self.limits = limits
         self.timeout = request_timeout_s
         self.queue_timeout = queue_timeout_s
+        self.body_timeout = body_timeout_s
         self.token = token
         self._cards: dict[str, ModelCard] = {}
 
@@ -109,6 +110,7 @@ class Gateway(HandleBackend):
         super().__init__(nll, classifiers, reranker, limits=app_args.limits,
                          request_timeout_s=app_args.request_timeout_s,
                          queue_timeout_s=app_args.queue_timeout_s,
+                         body_timeout_s=app_args.body_timeout_s,
                          token=gateway_token(app_args.auth_token_env, app_args.auth_required))
 
     def __serve_build_asgi_app__(self) -> FastAPI:

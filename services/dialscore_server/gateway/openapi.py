@@ -14,7 +14,15 @@ _LIMIT_WORDS = {
     "max_text_chars": "characters per text",
     "max_dialogues": "dialogues per request",
     "max_candidates": "candidates per rerank request",
+    "max_request_pairs": "NLI pairs of work per request (param: the list that makes them)",
+    "max_request_tokens": "NLL token positions of work per request (param: the list that makes them)",
+    "max_item_tokens": "token positions counted per NLL item, at most",
+    "max_id_chars": "characters per turn id or speaker",
+    "max_evidence": "evidence turns per result (the most probable; not an error)",
+    "max_json_values": "JSON values per body, counted before parsing (param `body`)",
 }
+#: Limits every body is subject to, besides those its schema and route declare.
+_EVERY_BODY = ["max_json_values"]
 
 
 def _limit_names(node, spec: dict, seen: set[str] | None = None) -> list[str]:
@@ -81,7 +89,8 @@ def document_limits(spec: dict, limits: Limits) -> dict:
         for op in path_item.values():
             if not isinstance(op, dict) or "requestBody" not in op:
                 continue
-            names = _limit_names(op["requestBody"], spec)
+            # A route declares its cost limits with openapi_extra={"x-cost-limits": [...]}.
+            names = _limit_names(op["requestBody"], spec) + op.pop("x-cost-limits", []) + _EVERY_BODY
             parts = [f"at most {values[n]} {_LIMIT_WORDS.get(n, n)} (`{n}`)" for n in names]
             parts.append(body_limit)
             op["description"] = (op.get("description", "").rstrip() + "\n\n**Limits of this "

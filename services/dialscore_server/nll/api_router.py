@@ -10,6 +10,7 @@ from fastapi import APIRouter, Response
 
 from dialscore_server import metrics
 from dialscore_server.contract.backend import Backend
+from dialscore_server.contract.timing_headers import set_reply_timing
 from dialscore_server.contract.errors import error_responses
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contract.strict_json import StrictJSONRoute
@@ -22,6 +23,7 @@ def build_router(gw: Backend) -> APIRouter:
     router = APIRouter(route_class=StrictJSONRoute)
 
     @router.post("/v1/nll", response_model=NLLResponse,
+                 openapi_extra={"x-cost-limits": ["max_request_tokens", "max_item_tokens"]},
                  summary="Per-token NLL of each target given its context.",
                  description="`nll` is the mean over the target's tokens (nats per token); the "
                  "eos token is appended and scored when the model's format says so (`append_eos`). "
@@ -36,8 +38,7 @@ def build_router(gw: Backend) -> APIRouter:
         scored = reply.unwrap()
         card = await gw.card(body.model)
         record_batch(body.model, reply)
-        response.headers["x-compute-time"] = f"{reply.compute_s:.4f}"
-        response.headers["x-queue-time"] = f"{reply.queue_s:.4f}"
+        set_reply_timing(response, reply, tokenized=True)
         results = [
             NLLResultOut(
                 nll=r.nll, num_tokens=r.num_tokens, truncated=r.truncated,

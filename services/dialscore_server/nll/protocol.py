@@ -7,7 +7,9 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from dialscore_server.nll.encoding import NLLItem
-from dialscore_server.contract.limits import Limits, check_texts, too_many
+from dialscore_server.contract.limits import (
+    Limits, check_texts, item_token_bound, too_costly, too_many,
+)
 from dialscore_server.contract.schema import APIModel, Text, limited
 
 
@@ -56,13 +58,22 @@ class NLLRequest(APIModel):
 
     def check_limits(self, limits: Limits) -> None:
         """Raise ``payload_too_large`` (413) naming the field: items per request, turns per
-        context, characters per text."""
+        context, characters per text, then the cost in tokens (``max_request_tokens``, param
+        ``items``)."""
         if len(self.items) > limits.max_items:
             raise too_many("items", len(self.items), limits.max_items, "items")
         for i, item in enumerate(self.items):
             if item.context is not None and len(item.context) > limits.max_turns:
                 raise too_many(f"items[{i}].context", len(item.context), limits.max_turns, "turns")
             check_texts(((f"items[{i}].{name}", text) for name, text in item.texts()), limits)
+        tokens = self.tokens(limits)
+        if tokens > limits.max_request_tokens:
+            raise too_costly("items", tokens, limits.max_request_tokens, "NLL tokens")
+
+    def tokens(self, limits: Limits) -> int:
+        """Upper bound of the token positions this request costs, known before tokenizing (see
+        :func:`~dialscore_server.contract.limits.item_token_bound`)."""
+        return sum(item_token_bound([t for _, t in item.texts()], limits) for item in self.items)
 
 
 class NLLResultOut(APIModel):

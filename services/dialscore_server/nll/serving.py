@@ -103,6 +103,7 @@ class NLLServing:
                     runner: Runner | None = None) -> Reply[Scored]:
         """The whole path of one request: admit it (off the event loop: tokenizing is CPU work),
         hand it to `runner` (default :meth:`run_alone`), add token strings when asked."""
+        started = time.perf_counter()
         try:
             work = await asyncio.to_thread(self.admit, items)
         except InputError as exc:
@@ -110,6 +111,7 @@ class NLLServing:
         enqueued = time.perf_counter()
         reply = await (runner or self.run_alone)(work)
         reply.queue_s = max(0.0, time.perf_counter() - enqueued - reply.compute_s)
+        reply.tokenize_s = enqueued - started
         if return_tokens and reply.value is not None:
             reply.value.tokens = [self.engine.token_strings(r.token_ids) for r in reply.value.results]
         return reply

@@ -34,16 +34,25 @@ class RerankDeployment:
 
     async def rerank(self, context: list[Turn], candidates: list[str], kwargs: dict[str, Any],
                      model: str, nll_model: str | None = None) -> Reply[RerankOutput]:
-        """Rerank `candidates`; `model` and `nll_model` were checked by the gateway."""
+        """Rerank `candidates`; `model` and `nll_model` were checked by the gateway. The reply's
+        times add up the detector's and the NLL call's (see contract.timing_headers)."""
         detector = self.detectors[model]
+        times = Reply()  # the detector's and the NLL call's times, added up
+
+        def add_times(reply: Reply) -> None:
+            times.compute_s += reply.compute_s
+            times.queue_s += reply.queue_s
+            times.tokenize_s += reply.tokenize_s
 
         async def detect(job: DetectionJob) -> list[DetectionResult]:
             reply = await answer(detector.detect.remote(job), self.timeout, self.queue_timeout)
+            add_times(reply)
             return reply.unwrap()
 
         async def nll(context_texts: list[str], cands: list[str]) -> list[float]:
             items = [NLLItem(target=c, context=tuple(context_texts)) for c in cands]
             reply = await answer(self.nll[nll_model].score.remote(items), self.timeout, self.queue_timeout)
+            add_times(reply)
             if reply.error is not None:
                 # The NLL engine names `items[k].target`; for the caller that is `candidates[k]`.
                 err = reply.error
@@ -63,4 +72,5 @@ class RerankDeployment:
             # Ray's errors map as when the gateway calls a model itself: a full detector queue is
             # a 503 and a dead detector replica a 424 (not "the rerank deployment failed").
             return Reply(error=from_ray(exc))
-        return Reply(value=out)
+        return Reply(value=out, compute_s=times.compute_s, queue_s=times.queue_s,
+                     tokenize_s=times.tokenize_s)

@@ -9,7 +9,9 @@ Contract. Given a dialogue `context` (turns, oldest first) and candidate replies
   who did not speak last, i.e. the one whose turn it is). When the context is empty or has a single
   speaker, no earlier turn is the candidate speaker's, the candidate is attributed to a fresh
   speaker (``"candidate"``, suffixed if that name is taken) and its contradiction probability is
-  0.0. Pass `speaker` (e.g. the bot's id) whenever you know it.
+  0.0: every candidate ties. The engine returns that tie; the HTTP routes refuse it (422: POST
+  /v1/rerank names ``speaker`` unless an NLL model orders the candidates, the query routes name
+  ``query``). Pass `speaker` (e.g. the bot's id) whenever you know it.
 * **Contradiction.** Each (context + candidate) dialogue goes through the DECODE detector (see
   :mod:`dialscore_server.contradiction.engine`): structured mode by default, so the candidate is paired
   with every earlier context turn of the candidate speaker; ``contradiction_probability`` is the
@@ -159,7 +161,8 @@ def query_context(query: str) -> list[Turn]:
     its 0-based index among the kept lines. Speakers alternate ``"A"``/``"B"`` counting back from
     the end: the last line is ``"B"``'s, the one before ``"A"``'s, and so on; the candidate is
     ``"A"``'s (the speaker whose turn it is). A one-line query thus has no earlier turn of the
-    candidate's speaker, and every candidate's contradiction probability is 0.0.
+    candidate's speaker: nothing a candidate could contradict. The query routes refuse it
+    (:func:`require_candidate_turn`) rather than score every candidate as a tie.
 
         >>> [(t.id, t.speaker, t.text) for t in query_context("I love dogs.\\nDo you have one?")]
         [(0, 'A', 'I love dogs.'), (1, 'B', 'Do you have one?')]
@@ -172,6 +175,17 @@ def query_context(query: str) -> list[Turn]:
              text=line, id=i)
         for i, line in enumerate(lines)
     ]
+
+
+def require_candidate_turn(turns: Sequence[Turn], param: str = "query") -> None:
+    """Raise :class:`InputError` (422 naming `param`) when no turn of `turns` is the candidate
+    speaker's (``"A"``): a query of fewer than two non-blank lines. Every candidate would score
+    contradiction probability 0.0, a silent tie that orders nothing."""
+    if not any(t.speaker == QUERY_CANDIDATE_SPEAKER for t in turns):
+        raise InputError(
+            f"{param} has {len(turns)} non-blank line(s): the candidates' speaker has no earlier turn "
+            "to contradict, so every candidate would tie. Give the dialogue so far, one turn per "
+            "line, with at least two lines (the candidate's speaker's turn, then the other's).", param)
 
 
 class Reranker:

@@ -1,0 +1,29 @@
+"""HTTP wiring of Cohere's POST /v2/rerank (schemas: `cohere_protocol`).
+
+No `from __future__ import annotations` here: FastAPI reads these annotations at runtime.
+"""
+
+from fastapi import APIRouter, Response
+
+from dialscore_server.contract.backend import Backend
+from dialscore_server.contract.strict_json import StrictJSONRoute
+from dialscore_server.rerank.api_router import ERRORS, run_query_rerank
+from dialscore_server.rerank.cohere_protocol import CohereRerankRequest, CohereRerankResponse
+
+
+def build_router(gw: Backend) -> APIRouter:
+    """The route, bound to the backend `gw`."""
+    router = APIRouter(route_class=StrictJSONRoute)
+
+    @router.post("/v2/rerank", response_model=CohereRerankResponse, responses=ERRORS,
+                 openapi_extra={"x-cost-limits": ["max_request_pairs"]},
+                 summary="Rerank in Cohere's v2 shape (query = the dialogue so far).",
+                 description="`query` holds one turn per line (at least two); each document is a "
+                 "candidate next turn. relevance_score = 1 - contradiction probability, results "
+                 "highest first. Unknown fields are ignored, as Cohere's newer SDKs send some.")
+    async def cohere_rerank(body: CohereRerankRequest, response: Response) -> CohereRerankResponse:
+        body.check_limits(gw.limits)
+        out = await run_query_rerank(gw, body, response)
+        return body.response(out)
+
+    return router
