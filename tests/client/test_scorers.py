@@ -158,8 +158,9 @@ def test_decode_runner_sends_at_most_the_published_dialogues_per_request(tmp_pat
     from dialscore.evals.runners.decode import arun_decode
 
     path = tmp_path / "decode.jsonl"
-    records = [_decode_record(f"c{i}", ["i have a dog .", "ok .", "i do not have a dog ."], [0])
-               for i in range(3)] + [_decode_record(f"n{i}", ["hi .", "hey ."], []) for i in range(4)]
+    # Distinct dialogues: identical ones are sent once.
+    records = [_decode_record(f"c{i}", ["i have a dog .", f"ok {i} .", "i do not have a dog ."], [0])
+               for i in range(3)] + [_decode_record(f"n{i}", ["hi .", f"hey {i} ."], []) for i in range(4)]
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     transport = Recorded(FakeAPI(limits=Limits(max_dialogues=3)))
     run = direct(transport, lambda c: arun_decode(c, path, tmp_path / "out", progress=False))

@@ -35,7 +35,6 @@ import difflib
 import hashlib
 import json
 import math
-import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +48,7 @@ from dialscore.probes.corruptions import CORRUPTIONS, CorruptedPair, CorruptionS
 from dialscore.probes.data import Dialogue, load_dialogues
 from dialscore.probes.report import Report, ScoredPair, summarize, write_outputs
 from dialscore.reporting.envelope import Echo, RunEnvelope
+from dialscore.reporting.jsonl_store import append_rows
 from dialscore.reporting.progress import Bar, NoBar, progress_bar
 from dialscore.reporting.run_lock import RunLock
 from dialscore.types import NLLResult
@@ -193,20 +193,7 @@ class ScoreStore:
     def append(self, rows: Sequence[dict[str, Any]]) -> None:
         """Append rows in one write, then flush and fsync: a chunk is stored whole or (after a
         crash mid-write) as a torn last line that :meth:`load` ignores."""
-        if not rows:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-        # A torn line left by an earlier crash must not swallow the first new row.
-        if self.path.exists() and self.path.stat().st_size:
-            with open(self.path, "rb") as fh:
-                fh.seek(-1, os.SEEK_END)
-                if fh.read(1) != b"\n":
-                    data = "\n" + data
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_rows(self.path, rows)
 
 
 def _valid_row(line: str) -> dict[str, Any] | None:

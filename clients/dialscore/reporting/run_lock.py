@@ -8,11 +8,18 @@ at once with :class:`RunFolderInUse`, naming the folder and the pid that holds i
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
+from typing import ParamSpec, TypeVar
 
-__all__ = ["RunFolderInUse", "RunLock"]
+__all__ = ["RunFolderInUse", "RunLock", "holds_out_dir"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 LOCK_FILE = ".lock"
 
@@ -61,6 +68,21 @@ class RunLock:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.release()
+
+
+def holds_out_dir(run: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """Decorate an async run whose output folder is its ``out_dir`` argument: the folder's
+    :class:`RunLock` is held for the whole run (:class:`RunFolderInUse` when another run has it)."""
+    signature = inspect.signature(run)
+
+    @functools.wraps(run)
+    async def locked(*args: P.args, **kwargs: P.kwargs) -> R:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        with RunLock(bound.arguments["out_dir"]):
+            return await run(*args, **kwargs)
+
+    return locked
 
 
 def _lock(fd: int) -> None:

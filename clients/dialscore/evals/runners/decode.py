@@ -13,13 +13,15 @@ from dialscore.evals.decode import (
     side_by_side, write_decode,
 )
 from dialscore.evals.detector_kind import comparable_row
+from dialscore.evals.runners.detection_store import DurableDetection
 from dialscore.evals.runners.selection import first
 from dialscore.evals.runners.sync import run_sync
-from dialscore.evals.scorers import DIALOGUE_CHUNK, detect
+from dialscore.evals.scorers import DIALOGUE_CHUNK
 from dialscore.evals.served import resolve_model, served_models
 from dialscore.reporting.envelope import Echo, RunEnvelope, model_provenance, write_run_report
 from dialscore.reporting.progress import progress_bar
 from dialscore.reporting.rows import write_reports
+from dialscore.reporting.run_lock import holds_out_dir
 from dialscore.reporting.tables import format_table
 
 if TYPE_CHECKING:
@@ -64,6 +66,7 @@ def _rows(sets: dict[str, list[DecodeDialogue]], modes: Sequence[str],
     return rows
 
 
+@holds_out_dir
 async def arun_decode(client: AsyncDialscoreClient, path: str | Path,
                       out_dir: str | Path = "runs/eval", *, modes: Sequence[str] = DECODE_MODES,
                       threshold: float = 0.5, evidence_threshold: float | None = None,
@@ -80,7 +83,10 @@ async def arun_decode(client: AsyncDialscoreClient, path: str | Path,
     figures compare with. `diagnostics` generates the A2T and RCT sets from the dialogues labelled contradiction with
     evidence (A2T donors drawn under `seed`), writes them as DECODE JSON Lines and evaluates them
     in every mode too; a file without evidence annotations yields empty sets, and the report
-    gives the number of dialogues skipped. `limit` keeps the first dialogues.
+    gives the number of dialogues skipped. `limit` keeps the first dialogues. The run resumes:
+    the service's answers are kept in ``decode-<mode>-<model>.detections.jsonl`` in `out_dir`
+    (see :mod:`dialscore.evals.runners.detection_store`), and a run started again sends only the
+    dialogues still missing; the folder is locked for the run.
     """
     bad = [m for m in modes if m not in DECODE_MODES]
     if bad or not modes:
@@ -115,14 +121,16 @@ async def arun_decode(client: AsyncDialscoreClient, path: str | Path,
     predictions: dict[str, dict[str, list[Prediction]]] = {s: {} for s in sets}
     metrics: dict[str, dict[str, DecodeMetrics]] = {s: {} for s in sets}
     classifier = model
+    resume: dict[str, dict[str, dict[str, int]]] = {}  # set -> mode -> store counts
     for mode in modes:
+        store = DurableDetection(out, served, mode=mode, threshold=threshold,
+                                 evidence_threshold=evidence_threshold, model=model)
         for name, ds in sets.items():
             with progress_bar(len(ds), f"decode {name} {mode}", progress, unit="dialogue") as bar:
-                results, named = await detect(
-                    client, [d.to_request() for d in ds], mode=mode, threshold=threshold,
-                    evidence_threshold=evidence_threshold, model=model, chunk_size=chunk_size,
-                    bar=bar)
+                results, named = await store.detect(client, [d.to_request() for d in ds],
+                                                    chunk_size=chunk_size, bar=bar)
             classifier = named or classifier
+            resume.setdefault(name, {})[mode] = store.resume_summary()
             preds = [Prediction.from_response(r.model_dump()) for r in results]
             predictions[name][mode] = preds
             metrics[name][mode] = decode_metrics(ds, preds,
@@ -153,6 +161,7 @@ async def arun_decode(client: AsyncDialscoreClient, path: str | Path,
                                "dropped": dropped[name]}
                         for name in diagnostics},
         "metrics": {s: {m: metrics[s][m] for m in modes} for s in sets},
+        "resume": resume,
     }
     files = write_run_report(envelope, results_json, table=table, table_path=out / "decode.txt",
                              report_path=out / "decode.report.json", files=files, echo=echo)

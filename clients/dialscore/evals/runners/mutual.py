@@ -11,12 +11,14 @@ from dialscore.evals.mutual import (
     LETTERS, MutualInstance, MutualMetrics, Ranking, chance_levels, evaluate_mutual, read_mutual,
     split_speaker, write_ranked,
 )
+from dialscore.evals.runners.score_store import durable_scorer
 from dialscore.evals.runners.selection import first
 from dialscore.evals.runners.sync import run_sync
 from dialscore.evals.scorers import ReplyCandidates, file_tag, make_scorer
 from dialscore.evals.served import served_models
 from dialscore.reporting.envelope import Echo, RunEnvelope, model_provenance, write_run_report
 from dialscore.reporting.rows import write_reports
+from dialscore.reporting.run_lock import holds_out_dir
 from dialscore.reporting.tables import format_table
 
 if TYPE_CHECKING:
@@ -56,6 +58,7 @@ def _jobs(instances: list[MutualInstance]) -> tuple[list[ReplyCandidates], list[
     return jobs, owners
 
 
+@holds_out_dir
 async def arun_mutual(client: AsyncDialscoreClient, path: str | Path, scorer: str = "nll",
                       model: str | None = None, out_dir: str | Path = "runs/eval", *,
                       nll_model: str | None = None, limit: int | None = None, chunk_size: int = 64,
@@ -72,7 +75,10 @@ async def arun_mutual(client: AsyncDialscoreClient, path: str | Path, scorer: st
       rows add each option's P(contradiction).
 
     `limit` keeps the first instances only. Instances without a gold answer are ranked and
-    exported but not scored (`metrics.n_unscored`).
+    exported but not scored (`metrics.n_unscored`). The run resumes: scores are kept in
+    ``mutual-<scorer>-<models>.scores.jsonl`` in `out_dir` (see
+    :mod:`dialscore.evals.runners.score_store`), and a run started again scores only what is
+    missing; the folder is locked for the run.
     """
     if scorer not in MUTUAL_SCORERS:
         raise ValueError(f"unknown MuTual scorer {scorer!r}; choose from {', '.join(MUTUAL_SCORERS)}")
@@ -81,7 +87,9 @@ async def arun_mutual(client: AsyncDialscoreClient, path: str | Path, scorer: st
     read = read_mutual(path)
     instances = first(read, limit, f"{path}: no MuTual instances to evaluate")
     served = await served_models(client)
-    scoring = make_scorer(scorer, served, model=model, nll_model=nll_model, chunk_size=chunk_size)
+    scoring = durable_scorer(
+        make_scorer(scorer, served, model=model, nll_model=nll_model, chunk_size=chunk_size),
+        served, out_dir, "mutual", model=model, nll_model=nll_model, mode=None)
     jobs, owners = _jobs(instances)
     got = await scoring.score(client, jobs, label="mutual", progress=progress)
 
@@ -125,7 +133,8 @@ async def arun_mutual(client: AsyncDialscoreClient, path: str | Path, scorer: st
         table += f"\n{n_tied} gold option(s) tied with another option (ties count against the gold)"
     envelope.models = model_provenance(served, used)
     results = {"instances_read": len(read), "metrics": metrics.as_row(), "chance": chance,
-               "gold_tied": n_tied, "instances_truncated": sum(truncated)}
+               "gold_tied": n_tied, "instances_truncated": sum(truncated),
+               "resume": scoring.resume_summary()}
     files = write_run_report(envelope, results, table=table, table_path=out / f"{stem}.txt",
                              report_path=out / f"{stem}.report.json", files=files, echo=echo)
     return MutualRun(instances, scores, rankings, metrics, rows, envelope.report(results), table,

@@ -8,10 +8,11 @@ A torn last line (a crash mid-write) is counted and ignored.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from dialscore.reporting.jsonl_store import append_rows
 
 __all__ = ["PredictionStore"]
 
@@ -45,17 +46,4 @@ class PredictionStore:
 
     def append(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Append rows (each with id, is_contradiction, probability) in one fsync'd write."""
-        if not rows:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = "".join(json.dumps({**r, "settings": self.settings}, ensure_ascii=False) + "\n"
-                       for r in rows)
-        if self.path.exists() and self.path.stat().st_size:
-            with open(self.path, "rb") as fh:
-                fh.seek(-1, os.SEEK_END)
-                if fh.read(1) != b"\n":
-                    data = "\n" + data  # a torn line must not swallow the first new row
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_rows(self.path, [{**r, "settings": self.settings} for r in rows])

@@ -12,12 +12,14 @@ from dialscore.evals.robustness import (
     CATEGORIES, KINDS, ResponseItem, VariantStats, mutual_style, perturb_all,
     read_response_items, variant_stats,
 )
+from dialscore.evals.runners.score_store import durable_scorer
 from dialscore.evals.runners.sync import run_sync
 from dialscore.evals.scorers import SCORERS, ReplyCandidates, file_tag, make_scorer
 from dialscore.evals.served import served_models
 from dialscore.reporting.envelope import Echo, RunEnvelope, model_provenance, write_run_report
 from dialscore.reporting.plots import NO_PLOTS_NOTE, plots_available
 from dialscore.reporting.rows import write_reports
+from dialscore.reporting.run_lock import holds_out_dir
 from dialscore.reporting.tables import format_table
 
 if TYPE_CHECKING:
@@ -61,6 +63,7 @@ def _pair_rows(items: Sequence[ResponseItem], kinds: Sequence[str], variants: di
     return rows
 
 
+@holds_out_dir
 async def arun_robustness(client: AsyncDialscoreClient, path: str | Path, scorer: str = "nll",
                           model: str | None = None, n: int | None = None, seed: int = 0,
                           out_dir: str | Path = "runs/eval", *, kinds: Sequence[str] = KINDS,
@@ -85,7 +88,9 @@ async def arun_robustness(client: AsyncDialscoreClient, path: str | Path, scorer
       distinct variants as the candidates; `model` names the classifier, `nll_model` adds an
       NLL term.
     Empty variants (e.g. a response made only of stopwords) are not scored: they count as
-    missing. Without matplotlib no PNG is written and `echo` gets a note instead.
+    missing. Without matplotlib no PNG is written and `echo` gets a note instead. The run
+    resumes: scores are kept in ``robustness-<scorer>-<models>.scores.jsonl`` in `out_dir` (see
+    :mod:`dialscore.evals.runners.score_store`); the folder is locked for the run.
     """
     if scorer not in ROBUSTNESS_SCORERS:
         raise ValueError(f"unknown robustness scorer {scorer!r}; choose from "
@@ -102,8 +107,11 @@ async def arun_robustness(client: AsyncDialscoreClient, path: str | Path, scorer
     variants = perturb_all([it.response.text for it in items], kinds, seed=seed,
                            generic_style=mutual_style if corpus_kind == "mutual" else None)
     served = await served_models(client)
-    scoring = make_scorer(scorer, served, model=model, nll_model=nll_model, mode=mode,
-                          chunk_size=chunk_size)
+    scoring = durable_scorer(
+        make_scorer(scorer, served, model=model, nll_model=nll_model, mode=mode,
+                    chunk_size=chunk_size),
+        served, out_dir, "robustness", model=model, nll_model=nll_model,
+        mode=mode if scorer == "contradiction" else None)
 
     # Per item: the distinct non-empty texts among the original and its variants are the
     # candidates; each key ("original" or a kind) points at its text's candidate.
@@ -145,7 +153,7 @@ async def arun_robustness(client: AsyncDialscoreClient, path: str | Path, scorer
                                f"{len(items)} {corpus_kind} responses from {path}")
     envelope.models = model_provenance(served, used)
     results = {"corpus": corpus_kind, "n_items": len(items), "kinds": kinds,
-               "original": reference, "variants": stats}
+               "original": reference, "variants": stats, "resume": scoring.resume_summary()}
     files = write_run_report(envelope, results, table=table, table_path=out / f"{stem}.txt",
                              report_path=out / f"{stem}.report.json", files=files, echo=echo)
     return RobustnessRun(corpus_kind, items, variants, scores, stats, pair_rows,
