@@ -20,7 +20,7 @@ def test_replicas_and_nodes_scale_up_under_load_and_down_after(stand_ins, tmp_pa
 
     # At least 25 s of load, longer (up to 120 s) if the second replica is still starting: on a
     # machine shared with other test runs its checkpoint load can take a while.
-    rows, summary = record_timeline(stand_ins, load_s=25, idle_s=75, max_load_s=120)
+    rows, summary = record_timeline(stand_ins, load_s=15, idle_s=75, max_load_s=120)
     plot(rows, summary, tmp_path / "timeline.png")
     print(f"\nautoscaling: {summary}")
     good = [r for r in rows if "error" not in r]

@@ -61,8 +61,8 @@ def test_results_equal_an_unchunked_run_and_every_pair_is_counted_done():
     reply = asyncio.run(serving.detect(job))
     assert reply.value == engine.detect_many([job])[0]
     assert engine.calls[:4] == [3, 20, 16, 1]   # chunks: [3], [20], [7, 9], [1]
-    stats = serving.stats.snapshot()
-    assert stats["done_pairs"] == 40 and stats["in_flight_pairs"] == 0 and stats["chunks"] == 4
+    stats = serving.ledger.stats.snapshot()
+    assert stats["done"] == 40 and stats["in_flight"] == 0 and stats["chunks"] == 4
 
 
 def test_a_cancelled_request_drops_its_remaining_chunks():
@@ -81,10 +81,10 @@ def test_a_cancelled_request_drops_its_remaining_chunks():
         await asyncio.sleep(0.2)  # let the running chunk finish
 
     asyncio.run(go())
-    stats = serving.stats.snapshot()
+    stats = serving.ledger.stats.snapshot()
     assert engine.calls == [10]
-    assert stats["wasted_pairs"] == 10 and stats["dropped_pairs"] == 50
-    assert stats["done_pairs"] == 0 and stats["in_flight_pairs"] == 0
+    assert stats["wasted"] == 10 and stats["dropped"] == 50
+    assert stats["done"] == 0 and stats["in_flight"] == 0
     assert stats["wasted_s"] == pytest.approx(stats["busy_s"])
 
 

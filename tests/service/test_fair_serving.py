@@ -37,7 +37,7 @@ def wait_settled(app: str = "dialscore", deployment: str = f"nli-{MODEL}", timeo
     end = time.monotonic() + timeout
     while True:
         s = stats(app, deployment)
-        if s["in_flight_pairs"] == 0 or time.monotonic() > end:
+        if s["in_flight"] == 0 or time.monotonic() > end:
             return s
         time.sleep(0.2)
 
@@ -60,7 +60,7 @@ def test_a_small_request_is_not_stuck_behind_a_large_one(served):
     large.join()
     assert finished["small"] < finished["large"]
     after = wait_settled()
-    assert after["done_pairs"] - before["done_pairs"] == PAIRS + 1
+    assert after["done"] - before["done"] == PAIRS + 1
     assert after["chunks"] - before["chunks"] >= 129  # 128 chunks + the small request
 
 
@@ -71,13 +71,13 @@ def test_a_disconnected_clients_remaining_work_is_dropped(served):
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{served.url}/v1/contradiction", json=LARGE, timeout=httpx.Timeout(30, read=1.0))
     after = wait_settled()
-    done = after["done_pairs"] - before["done_pairs"]
-    dropped = after["dropped_pairs"] - before["dropped_pairs"]
-    wasted = after["wasted_pairs"] - before["wasted_pairs"]
+    done = after["done"] - before["done"]
+    dropped = after["dropped"] - before["dropped"]
+    wasted = after["wasted"] - before["wasted"]
     assert done + dropped + wasted == PAIRS
     assert dropped >= PAIRS // 2, (done, dropped, wasted)
     assert wasted <= 128  # one chunk at most (here one dialogue of 128 pairs)
-    assert after["in_flight_pairs"] == 0
+    assert after["in_flight"] == 0
 
 
 @pytest.mark.slow
@@ -90,5 +90,43 @@ def test_work_is_dropped_when_the_deadline_passes(served, stand_ins):
         r = httpx.post(f"{app.url}/v1/contradiction", json=LARGE, timeout=60)
         assert r.status_code == 408, r.text[:300]
         s = wait_settled("deadline")
-        assert s["dropped_pairs"] >= PAIRS // 2, s
-        assert s["done_pairs"] + s["dropped_pairs"] + s["wasted_pairs"] == PAIRS
+        assert s["dropped"] >= PAIRS // 2, s
+        assert s["done"] + s["dropped"] + s["wasted"] == PAIRS
+
+
+NLL_MODEL = "dialogpt-medium"
+#: 1024 items (max_items) of distinct 4-turn contexts, within max_request_tokens (counted from
+#: bytes): many chunks of chunk_tokens (2048).
+LARGE_NLL = {"model": NLL_MODEL, "items": [
+    {"context": [f"i have {t} dogs and {d} cats ." for t in range(4)],
+     "target": f"i never had a dog , i have {d} cats ."} for d in range(1024)]}
+SMALL_NLL = {"model": NLL_MODEL, "items": [{"context": ["do you like dogs ?"], "target": "yes ."}]}
+
+
+def test_a_small_nll_request_is_not_stuck_behind_a_large_one(served):
+    """NLL replicas share too: sent after a probe-sized /v1/nll request on the same replica, a
+    one-item request finishes first, and every token of both is computed once."""
+    deployment = f"nll-{NLL_MODEL}"
+    finished: dict[str, float] = {}
+    usage: dict[str, int] = {}
+
+    def post(name: str, body: dict) -> None:
+        r = httpx.post(f"{served.url}/v1/nll", json=body, timeout=300)
+        assert r.status_code == 200, r.text[:300]
+        finished[name] = time.monotonic()
+        usage[name] = r.json()["usage"]["source_tokens"] + r.json()["usage"]["target_tokens"]
+
+    before = wait_settled(deployment=deployment)
+    large = threading.Thread(target=post, args=("large", LARGE_NLL))
+    large.start()
+    deadline = time.monotonic() + 60
+    while stats(deployment=deployment)["in_flight"] == before["in_flight"]:
+        assert large.is_alive() and time.monotonic() < deadline, "the large request never started"
+        time.sleep(0.05)  # the large request is admitted and computing
+    post("small", SMALL_NLL)
+    large.join()
+    assert finished["small"] < finished["large"]
+    after = wait_settled(deployment=deployment)
+    assert after["unit"] == "tokens"
+    assert after["done"] - before["done"] == usage["large"] + usage["small"]
+    assert after["chunks"] - before["chunks"] >= 20

@@ -33,6 +33,12 @@ class ServingOptions(BaseModel):
                                   description="Tokens merged from many requests into one engine call.")
     batch_wait_timeout_s: float = Field(0.005, ge=0, le=1,
                                         description="How long a batch waits to fill.")
+    chunk_tokens: int = Field(
+        2048, ge=1, description="NLL models: a request is computed in chunks of about this many "
+        "tokens (whole items, a context's items kept together where possible), one chunk per "
+        "request in each engine call, so requests share the replica round-robin and a small one "
+        "never waits behind all of a large one; a cancelled or timed-out request's remaining "
+        "chunks are dropped. Capped at max_batch_tokens.")
     chunk_pairs: int = Field(
         64, ge=1, description="Classifiers: a request is computed in chunks of about this many NLI "
         "pairs (whole dialogues), one chunk per request in each engine call, so requests share the "

@@ -8,7 +8,7 @@ raises the :class:`~dialscore_server.contract.errors.ServiceError` the replica p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from dialscore_server.contract.errors import ServiceError
@@ -35,9 +35,10 @@ class Reply(Generic[T]):
 
     * ``value``: the result (None when ``error`` is set).
     * ``error``: why there is no result; pickled as a plain ServiceError.
-    * ``batch``: the statistics of the engine call that computed the request, set on exactly one
-      request of each call, so every call is counted once; ``batch_requests``: requests merged
-      into that call.
+    * ``batches``: the statistics of engine calls that computed the request, each with the
+      number of requests it merged; a call's statistics come with exactly one of the requests
+      (or chunks) it computed, so every call is counted once; ``batch_requests``: the most
+      requests merged into one call that computed this request.
     * ``queue_s``: time the request waited in the replica before its engine call started;
       ``compute_s``: the engine call's duration; ``tokenize_s``: time spent tokenizing the request
       before it was queued, where that is a step of its own (0.0 where the engine tokenizes inside
@@ -46,7 +47,7 @@ class Reply(Generic[T]):
 
     value: T | None = None
     error: ServiceError | None = None
-    batch: BatchReport | None = None
+    batches: list[tuple[BatchReport, int]] = field(default_factory=list)
     batch_requests: int = 0
     queue_s: float = 0.0
     compute_s: float = 0.0

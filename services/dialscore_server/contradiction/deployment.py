@@ -51,10 +51,10 @@ class ContradictionDeployment:
     def check_health(self) -> None:
         self.serving.check_health()
 
-    def work_stats(self) -> dict[str, float]:
-        """This replica's work accounting (see ContradictionServing.stats): for tests and
+    def work_stats(self) -> dict[str, float | str]:
+        """This replica's work accounting (fair_chunks.WorkStats, in pairs): for tests and
         benchmarks; operators read the dialscore_work_* metrics."""
-        return self.serving.stats.snapshot()
+        return self.serving.ledger.stats.snapshot()
 
     async def detect(self, job: DetectionJob) -> Reply[list[DetectionResult]]:
         return await self.serving.detect(job, runner=self._batched)

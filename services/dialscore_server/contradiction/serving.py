@@ -1,18 +1,11 @@
 """The contradiction endpoint's work on one replica, without Ray: admit a detection job (check its
-pairing plan and turn ids), cut it into chunks, run merged chunks of many jobs through the detector
-in one call, put each job's answer back together.
+pairing plan and turn ids), cut it into chunks of about ``chunk_pairs`` NLI pairs (whole
+dialogues; a dialogue's pairs are never split), run merged chunks of many jobs through the
+detector in one call, put each job's answer back together.
 
-Fair sharing. A job is computed as chunks of about ``chunk_pairs`` NLI pairs (whole dialogues; a
-dialogue's pairs are never split). :meth:`ContradictionServing.detect` hands the runner one chunk
-at a time and waits for it before sending the next, so each waiting request has at most one chunk
-in the replica's queue: a ``@serve.batch`` merge takes one chunk of every waiting request
-(round-robin), and a small request admitted behind a large one waits for about one chunk, not for
-the whole large job.
-
-No orphan work. When the request is cancelled (the client went away, or the gateway's deadline
-passed and it cancelled the call), its chunks not yet sent are never computed (``dropped``) and a
-chunk still queued is removed by Serve; only the chunk already running finishes, for nobody
-(``wasted``). :attr:`ContradictionServing.stats` and the ``dialscore_work_*`` metrics count both.
+Fair sharing and no orphan work as :mod:`dialscore_server.fair_chunks` describes: a job's chunks
+go to the detector one at a time, so a small request admitted behind a large one waits for about
+one chunk, and a cancelled request's chunks not yet computed are dropped; the ledger counts pairs.
 
 The Serve deployment (deployment.py) wraps this with ``@serve.batch``; tests run it in-process
 over a fake classifier.
@@ -21,18 +14,17 @@ over a fake classifier.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from dialscore.model_card import ModelCard
-from dialscore_server import metrics
 from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.pairing import DetectionJob, DetectionResult, plan_pairs
+from dialscore_server.fair_chunks import WorkLedger, run_in_turn
 
 #: Default chunk size in NLI pairs (ServingOptions.chunk_pairs).
 CHUNK_PAIRS = 64
@@ -55,27 +47,9 @@ class Work:
     started: bool = False
     cancelled: bool = False
 
-
-@dataclass
-class WorkStats:
-    """What this replica computed, in pairs and seconds of engine time. ``wasted`` is work
-    computed for a request that was cancelled meanwhile, ``dropped`` work never computed because
-    its request was cancelled; ``wasted_s / busy_s`` is the share of replica time nobody waited
-    for."""
-
-    done_pairs: int = 0
-    wasted_pairs: int = 0
-    dropped_pairs: int = 0
-    in_flight_pairs: int = 0
-    busy_s: float = 0.0
-    wasted_s: float = 0.0
-    chunks: int = 0
-    calls: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def snapshot(self) -> dict[str, float]:
-        with self._lock:
-            return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+    @property
+    def cost(self) -> int:
+        return self.pairs
 
 
 Runner = Callable[[Work], Awaitable[Reply[list[DetectionResult]]]]
@@ -113,8 +87,7 @@ class ContradictionServing:
         self.max_batch_pairs = max_batch_pairs
         self.chunk_pairs = max(1, min(chunk_pairs, max_batch_pairs))
         self._card = engine.card()
-        self.model = model or self._card.name
-        self.stats = WorkStats()
+        self.ledger = WorkLedger(model or self._card.name, "pairs")
 
     def card(self) -> ModelCard:
         return self._card
@@ -131,19 +104,11 @@ class ContradictionServing:
 
     def run(self, works: Sequence[Work]) -> list[Reply[list[DetectionResult]]]:
         """One detector call for every chunk of `works`; one reply per work, in order."""
-        for w in works:
-            w.started = True
+        self.ledger.started(works)
         start = time.perf_counter()
         outputs = self.engine.detect_many([w.job for w in works])
         compute = time.perf_counter() - start
-        total = sum(w.pairs for w in works)
-        with self.stats._lock:
-            self.stats.busy_s += compute
-            self.stats.calls += 1
-            self.stats.chunks += len(works)
-            for w in works:
-                if w.cancelled:
-                    self.stats.wasted_s += compute * w.pairs / total
+        self.ledger.called(works, compute)
         return [Reply(value=list(out), batch_requests=len(works), compute_s=compute)
                 for out in outputs]
 
@@ -158,51 +123,9 @@ class ContradictionServing:
             works = self.admit(job)
         except InputError as exc:
             return Reply(error=exc)
-        run = runner or self.run_alone
-        total = sum(w.pairs for w in works)
-        self._count_in_flight(total)
-        results: list[DetectionResult] = []
-        compute = queue = 0.0
-        merged = 0
-        k = 0
-        try:
-            for k, work in enumerate(works):
-                sent = time.perf_counter()
-                reply = await run(work)
-                if reply.error is not None:
-                    self._finish(works[k + 1:], "dropped")
-                    return reply
-                self._finish([work], "done")
-                results += reply.value or []
-                compute += reply.compute_s
-                queue += max(0.0, time.perf_counter() - sent - reply.compute_s)
-                merged = max(merged, reply.batch_requests)
-        except asyncio.CancelledError:
-            current = works[k]
-            current.cancelled = True
-            self._finish([current], "wasted" if current.started else "dropped")
-            self._finish(works[k + 1:], "dropped")
-            raise
-        except BaseException:  # the engine call failed: nothing more is computed for this request
-            self._finish(works[k:], "dropped")
-            raise
-        return Reply(value=results, batch_requests=merged, compute_s=compute, queue_s=queue)
-
-    # ---------------------------------------------------------------------------- accounting
-    def _count_in_flight(self, pairs: int) -> None:
-        with self.stats._lock:
-            self.stats.in_flight_pairs += pairs
-        metrics.WORK_IN_FLIGHT.labels(self.model, "pairs").inc(pairs)
-
-    def _finish(self, works: Sequence[Work], how: str) -> None:
-        pairs = sum(w.pairs for w in works)
-        if not pairs:
-            return
-        with self.stats._lock:
-            self.stats.in_flight_pairs -= pairs
-            setattr(self.stats, f"{how}_pairs", getattr(self.stats, f"{how}_pairs") + pairs)
-        metrics.WORK_IN_FLIGHT.labels(self.model, "pairs").dec(pairs)
-        if how == "done":
-            metrics.WORK_DONE.labels(self.model, "pairs").inc(pairs)
-        else:
-            metrics.WORK_ABANDONED.labels(self.model, "pairs", how).inc(pairs)
+        got = await run_in_turn(works, runner or self.run_alone, self.ledger)
+        if got.error is not None:
+            return got.error
+        return Reply(value=[r for part in got.values for r in part],
+                     batch_requests=got.batch_requests, compute_s=got.compute_s,
+                     queue_s=got.queue_s)

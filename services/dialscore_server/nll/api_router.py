@@ -64,9 +64,9 @@ def record_batch(model: str, reply: Reply[Scored]) -> None:
     metrics.ITEMS.labels(model).inc(len(results))
     metrics.TOKENS.labels(model, "source").inc(sum(r.source_tokens for r in results))
     metrics.TOKENS.labels(model, "target").inc(sum(r.num_tokens for r in results))
-    if reply.batch is not None:  # the first request of each engine call carries its stats
-        metrics.BATCH_SIZE.labels(model).observe(reply.batch.items)
-        metrics.BATCH_REQUESTS.labels(model).observe(reply.batch_requests)
-        metrics.BATCH_TOKENS.labels(model).observe(reply.batch.real_tokens)
-        metrics.PADDING_WASTE.labels(model).observe(reply.batch.padding_waste)
-        metrics.REUSED_TOKENS.labels(model).inc(reply.batch.reused_tokens)
+    for stats, requests in reply.batches:  # each engine call's stats come with one request
+        metrics.BATCH_SIZE.labels(model).observe(stats.items)
+        metrics.BATCH_REQUESTS.labels(model).observe(requests)
+        metrics.BATCH_TOKENS.labels(model).observe(stats.real_tokens)
+        metrics.PADDING_WASTE.labels(model).observe(stats.padding_waste)
+        metrics.REUSED_TOKENS.labels(model).inc(stats.reused_tokens)

@@ -41,7 +41,8 @@ class NLLDeployment:
         config = ModelConfig.model_validate(config)
         options = ServingOptions.model_validate(options or {})
         max_batch_tokens = min(options.max_batch_tokens, MAX_BATCH_TOKENS)
-        self.serving = NLLServing(engine_cls.from_options(config, options), max_batch_tokens)
+        self.serving = NLLServing(engine_cls.from_options(config, options), max_batch_tokens,
+                                  chunk_tokens=options.chunk_tokens, model=config.name)
         self._batched.set_max_batch_size(max_batch_tokens)
         self._batched.set_batch_wait_timeout_s(options.batch_wait_timeout_s)
 
@@ -52,6 +53,10 @@ class NLLDeployment:
     def check_health(self) -> None:
         """Serve's periodic health check: the engine's real, tiny forward pass."""
         self.serving.check_health()
+
+    def work_stats(self) -> dict[str, float | str]:
+        """This replica's work accounting (fair_chunks.WorkStats), for tests and benchmarks."""
+        return self.serving.ledger.stats.snapshot()
 
     async def score(self, items: list[NLLItem], return_tokens: bool = False) -> Reply[Scored]:
         return await self.serving.score(items, return_tokens, runner=self._batched)

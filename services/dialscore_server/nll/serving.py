@@ -1,5 +1,12 @@
 """The NLL endpoint's work on one replica, without Ray: admit a request (validate and tokenize
-it), run merged requests through the engine in one call, split the answers.
+it), cut it into chunks of about ``chunk_tokens`` tokens, run merged chunks of many requests
+through the engine in one call, put each request's answer back together.
+
+Fair sharing and no orphan work as :mod:`dialscore_server.fair_chunks` describes: a request's
+chunks go to the engine one at a time, so a small request waits for about one chunk of a large
+one, and a cancelled request's chunks not yet computed are dropped. A chunk is consecutive items
+(never a part of one); a cut is placed between items with different sources where one is near,
+so items sharing a context stay in one engine call and keep their prefix reuse.
 
 The Serve deployment (deployment.py) wraps this with ``@serve.batch``; tests run it in-process
 over a fake engine. Answers are :class:`~dialscore_server.contract.reply.Reply` objects.
@@ -18,6 +25,7 @@ from dialscore_server.batching import BatchStats
 from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
+from dialscore_server.fair_chunks import WorkLedger, run_in_turn
 from dialscore_server.nll.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine import NLLResult
 
@@ -42,12 +50,52 @@ class Scored:
     tokens: list[list[str]] | None = None
 
 
+#: Default chunk size in tokens (ServingOptions.chunk_tokens).
+CHUNK_TOKENS = 2048
+
+
 @dataclass
 class Work:
-    """One admitted request, already encoded: what waits for an engine call."""
+    """One chunk of an admitted request, already encoded: what waits for an engine call.
+    `tokens` is its cost (the items' tokens, at least 1), capped at the replica's
+    max_batch_tokens where Serve sizes batches; `started`/`cancelled` as fair_chunks.Chunk."""
 
     encoded: list[EncodedItem]
-    tokens: int  # the request's tokens, capped at the replica's max_batch_tokens
+    tokens: int
+    started: bool = False
+    cancelled: bool = False
+
+    @property
+    def cost(self) -> int:
+        return self.tokens
+
+
+def chunk_items(encoded: Sequence[EncodedItem], chunk_tokens: int) -> list[list[EncodedItem]]:
+    """Cut `encoded` into runs of consecutive items of at most `chunk_tokens` tokens (an item
+    larger than that is a run of its own); every item is in exactly one run, in order. Within the
+    last quarter of a run's budget the cut moves back to the last change of source, so that a
+    context's items stay together unless their group alone is large."""
+    runs: list[list[EncodedItem]] = []
+    run: list[EncodedItem] = []
+    size = 0
+    for item in encoded:
+        if run and size + item.cost > chunk_tokens:
+            cut = len(run)
+            for j in range(len(run) - 1, 0, -1):  # the last change of source, if near the end
+                if run[j].source_ids != run[j - 1].source_ids:
+                    if sum(e.cost for e in run[:j]) >= chunk_tokens * 3 // 4:
+                        cut = j
+                    break
+            if cut < len(run) and run[cut].source_ids != item.source_ids:
+                cut = len(run)  # the tail does not share the next item's source anyway
+            runs.append(run[:cut])
+            run = run[cut:]
+            size = sum(e.cost for e in run)
+        run.append(item)
+        size += item.cost
+    if run or not runs:
+        runs.append(run)
+    return runs
 
 
 #: How requests meet the engine: a coroutine taking the works of one or more requests (a
@@ -56,13 +104,16 @@ Runner = Callable[[Work], Awaitable[Reply[Scored]]]
 
 
 class NLLServing:
-    """Scores requests on one engine. `max_batch_tokens` caps what one request counts towards a
-    merged batch (a request larger than that runs alone)."""
+    """Scores requests on one engine, in chunks of about `chunk_tokens` tokens (capped at
+    `max_batch_tokens`, the most one engine call merges). `model` labels the metrics."""
 
-    def __init__(self, engine: NLLScorer, max_batch_tokens: int):
+    def __init__(self, engine: NLLScorer, max_batch_tokens: int, chunk_tokens: int = CHUNK_TOKENS,
+                 model: str = ""):
         self.engine = engine
         self.max_batch_tokens = max_batch_tokens
+        self.chunk_tokens = max(1, min(chunk_tokens, max_batch_tokens))
         self._card = engine.card()
+        self.ledger = WorkLedger(model or self._card.name, "tokens")
 
     def card(self) -> ModelCard:
         return self._card
@@ -70,27 +121,32 @@ class NLLServing:
     def check_health(self) -> None:
         self.engine.check_health()
 
-    def admit(self, items: Sequence[NLLItem]) -> Work:
-        """Tokenize and validate every item; an InputError names ``items[i]...``."""
+    def admit(self, items: Sequence[NLLItem]) -> list[Work]:
+        """Tokenize and validate every item (an InputError names ``items[i]...``) and cut the
+        request into chunks (see :func:`chunk_items`)."""
         encoded = []
         for i, item in enumerate(items):
             try:
                 encoded.append(self.engine.encode(item))
             except InputError as exc:
                 raise exc.within(f"items[{i}]") from None
-        return Work(encoded, min(sum(e.cost for e in encoded), self.max_batch_tokens))
+        return [Work(run, max(1, min(sum(e.cost for e in run), self.max_batch_tokens)))
+                for run in chunk_items(encoded, self.chunk_tokens)]
 
     def run(self, works: Sequence[Work]) -> list[Reply[Scored]]:
         """One engine call for every item of `works`; one reply per work, in order. The first
         reply carries the call's statistics (so each call is counted once)."""
+        self.ledger.started(works)
         flat = [e for w in works for e in w.encoded]
         start = time.perf_counter()
         results, stats = self.engine.score_encoded(flat)
         compute = time.perf_counter() - start
+        self.ledger.called(works, compute)
         replies, pos = [], 0
         for k, w in enumerate(works):
             n = len(w.encoded)
-            replies.append(Reply(value=Scored(results[pos:pos + n]), batch=stats if k == 0 else None,
+            replies.append(Reply(value=Scored(results[pos:pos + n]),
+                                 batches=[(stats, len(works))] if k == 0 else [],
                                  batch_requests=len(works), compute_s=compute))
             pos += n
         return replies
@@ -102,16 +158,19 @@ class NLLServing:
     async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
                     runner: Runner | None = None) -> Reply[Scored]:
         """The whole path of one request: admit it (off the event loop: tokenizing is CPU work),
-        hand it to `runner` (default :meth:`run_alone`), add token strings when asked."""
+        hand its chunks to `runner` (default :meth:`run_alone`) one after the other, join the
+        answers, add token strings when asked. Cancelling the caller drops what is left."""
         started = time.perf_counter()
         try:
-            work = await asyncio.to_thread(self.admit, items)
+            works = await asyncio.to_thread(self.admit, items)
         except InputError as exc:
             return Reply(error=exc)
         enqueued = time.perf_counter()
-        reply = await (runner or self.run_alone)(work)
-        reply.queue_s = max(0.0, time.perf_counter() - enqueued - reply.compute_s)
-        reply.tokenize_s = enqueued - started
-        if return_tokens and reply.value is not None:
-            reply.value.tokens = [self.engine.token_strings(r.token_ids) for r in reply.value.results]
-        return reply
+        got = await run_in_turn(works, runner or self.run_alone, self.ledger)
+        if got.error is not None:
+            return got.error
+        value = Scored([r for scored in got.values for r in scored.results])
+        if return_tokens:
+            value.tokens = [self.engine.token_strings(r.token_ids) for r in value.results]
+        return Reply(value=value, batches=got.batches, batch_requests=got.batch_requests,
+                     compute_s=got.compute_s, queue_s=got.queue_s, tokenize_s=enqueued - started)

@@ -1,0 +1,164 @@
+"""NLLServing without Ray: a request is cut into token-sized chunks of whole items (a context's
+items kept together where a cut can move), chunked scoring gives the numbers of one engine call,
+chunks of concurrent requests are interleaved by a batching runner, and a cancelled request's
+remaining chunks are dropped."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+
+import pytest
+
+from dialscore.model_card import ModelCard
+from dialscore_server.checkpoints.loading import load_model
+from dialscore_server.checkpoints.standins import reinit_
+from dialscore_server.nll.encoding import EncodedItem, NLLItem
+from dialscore_server.nll.engine import NLLEngine
+from dialscore_server.nll.serving import NLLServing, Work, chunk_items
+from fake_api import FakeNLLEngine
+
+
+def item(source: int, cost: int) -> EncodedItem:
+    """An encoded item of `cost` tokens whose source is identified by `source`."""
+    return EncodedItem(source_ids=(source,) * (cost - 1), target_ids=(9,), truncated=False)
+
+
+def test_chunks_hold_whole_items_in_order_within_the_budget():
+    rng = random.Random(0)
+    items = [item(rng.randrange(5), rng.randrange(2, 40)) for _ in range(300)]
+    runs = chunk_items(items, 100)
+    assert [e for run in runs for e in run] == items
+    assert all(sum(e.cost for e in run) <= 100 for run in runs)
+    assert all(runs)
+
+
+def test_a_cut_moves_back_to_keep_a_context_together():
+    # 8 items of source 1 (80 tokens), then 3 of source 2 (30 tokens), then source 2 again:
+    # the cut falls after source 1, not inside source 2's group.
+    items = [item(1, 10)] * 8 + [item(2, 10)] * 3 + [item(2, 10)]
+    runs = chunk_items(items, 100)
+    assert [len(r) for r in runs] == [8, 4]
+    # A cut far from the change of source (under 3/4 of the budget) is not moved.
+    items = [item(1, 10)] * 2 + [item(2, 10)] * 12
+    assert [len(r) for r in chunk_items(items, 100)] == [10, 4]
+    # A single item larger than the budget is a chunk of its own.
+    assert [len(r) for r in chunk_items([item(1, 10), item(2, 300), item(3, 10)], 100)] == [1, 1, 1]
+
+
+@pytest.fixture(scope="module")
+def dialogpt(stand_in_registry) -> NLLEngine:
+    lm = load_model(stand_in_registry.get("dialogpt-medium"))
+    reinit_(lm.model, 0.3, seed=2)  # NLLs that vary by token and position
+    return NLLEngine(lm.config, loaded=lm)
+
+
+def test_chunked_scoring_equals_one_engine_call(dialogpt):
+    rng = random.Random(1)
+    words = "i you we like hate dogs cats tea coffee never always do not ok".split()
+    contexts = [tuple(" ".join(rng.choices(words, k=rng.randrange(3, 12))) for _ in range(3))
+                for _ in range(6)]
+    items = [NLLItem(target=" ".join(rng.choices(words, k=rng.randrange(1, 8))), context=c)
+             for c in contexts for _ in range(5)]
+    whole = NLLServing(dialogpt, max_batch_tokens=16384, chunk_tokens=16384)
+    chunked = NLLServing(dialogpt, max_batch_tokens=16384, chunk_tokens=64)
+    assert len(chunked.admit(items)) > 4
+    a = asyncio.run(whole.score(items)).unwrap().results
+    b = asyncio.run(chunked.score(items)).unwrap().results
+    assert [r.num_tokens for r in a] == [r.num_tokens for r in b]
+    assert [r.nll for r in b] == pytest.approx([r.nll for r in a], abs=1e-4)
+    assert len({round(r.nll, 3) for r in a}) > 20  # the numbers really differ by item
+    stats = chunked.ledger.stats.snapshot()
+    total = sum(w.tokens for w in chunked.admit(items))
+    assert stats["done"] == total and stats["in_flight"] == 0 and stats["unit"] == "tokens"
+    assert stats["calls"] == stats["chunks"] == len(chunked.admit(items))
+
+
+CARD = ModelCard(name="fake-gpt", family="causal", source="fake", revision=None, max_length=1024,
+                 dtype="float32", device="cpu", stand_in=True)
+
+
+class BlockingEngine(FakeNLLEngine):
+    """The fake engine, recording each call's item count and holding the first call until
+    released."""
+
+    def __init__(self):
+        super().__init__(CARD)
+        self.calls: list[int] = []
+        self.release = threading.Event()
+
+    def score_encoded(self, encoded):
+        self.calls.append(len(encoded))
+        self.release.wait(5.0)
+        return super().score_encoded(encoded)
+
+
+def words(n: int) -> str:
+    return " ".join(["w"] * n)
+
+
+def test_a_cancelled_request_drops_its_remaining_chunks():
+    engine = BlockingEngine()
+    serving = NLLServing(engine, max_batch_tokens=8192, chunk_tokens=20)
+    items = [NLLItem(target=words(8), context=(f"c{i}",)) for i in range(10)]  # 10 tokens each
+
+    async def go():
+        task = asyncio.create_task(serving.score(items))
+        while not engine.calls:
+            await asyncio.sleep(0.01)
+        task.cancel()  # the first chunk is running in its thread
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        engine.release.set()
+        await asyncio.sleep(0.2)  # let the running chunk finish
+
+    asyncio.run(go())
+    stats = serving.ledger.stats.snapshot()
+    assert engine.calls == [2]
+    assert stats["wasted"] == 20 and stats["dropped"] == 80
+    assert stats["done"] == 0 and stats["in_flight"] == 0
+    assert stats["wasted_s"] == pytest.approx(stats["busy_s"])
+
+
+def test_a_batching_runner_interleaves_chunks_of_concurrent_requests():
+    """With a runner that merges what is waiting (as @serve.batch does), a small request sent
+    after a large one rides in an early engine call, not after all of the large one's."""
+    engine = FakeNLLEngine(CARD)
+    serving = NLLServing(engine, max_batch_tokens=8192, chunk_tokens=20)
+    order: list[list[int]] = []
+
+    async def go():
+        queue: list[tuple[Work, asyncio.Future]] = []
+
+        async def runner(work: Work):
+            fut = asyncio.get_running_loop().create_future()
+            queue.append((work, fut))
+            return await fut
+
+        async def batcher():
+            for _ in range(50):
+                await asyncio.sleep(0.01)
+                if queue:
+                    batch = queue[:]
+                    queue.clear()
+                    order.append([w.tokens for w, _ in batch])
+                    for (w, fut), reply in zip(batch, serving.run([w for w, _ in batch])):
+                        fut.set_result(reply)
+
+        large_items = [NLLItem(target=words(8), context=(f"c{i}",)) for i in range(16)]
+        large = asyncio.create_task(serving.score(large_items, runner=runner))
+        b = asyncio.create_task(batcher())
+        await asyncio.sleep(0.015)
+        small = await serving.score([NLLItem(target="a b", context=("x",))], runner=runner)
+        assert small.value is not None and not large.done()
+        got = await large
+        b.cancel()
+        return got
+
+    large = asyncio.run(go())
+    assert len(large.unwrap().results) == 16
+    assert sum(requests for _, requests in large.batches) >= 8  # every call's stats came back
+    first_with_small = next(i for i, b in enumerate(order) if 4 in b)  # "x" + "a b" + eos
+    assert first_with_small <= 2 and len(order) >= 8
+    assert all(b.count(20) <= 1 for b in order)  # one chunk per request per call
