@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dialscore.evals.robustness import (
-    CATEGORIES, KINDS, ResponseItem, VariantStats, mutual_style, perturb_all,
-    read_response_items, variant_stats,
+    CATEGORIES, KINDS, ResponseItem, VariantStats, mean_share, mutual_style, perturb_all,
+    read_response_items, synonym_replacements, variant_stats,
 )
 from dialscore.evals.runners.score_store import durable_scorer
 from dialscore.evals.runners.sync import run_sync
@@ -47,6 +47,20 @@ class RobustnessRun:
     report: dict[str, Any]
     table: str
     files: dict[str, Path] = field(default_factory=dict)
+    #: The share of eligible content words the synonym variant replaced (`mean_share`'s keys);
+    #: None when the synonym variant was not requested.
+    synonym_share: dict[str, Any] | None = None
+
+
+def synonym_share_note(share: dict[str, Any]) -> str:
+    """One line for the report table, e.g. "synonyms: 73.4% of eligible content words replaced
+    (mean over 200 responses; 767 of 1043 pooled)"."""
+    mean = share["mean_item_share"]
+    if mean is None:
+        return "synonyms: no eligible content word in any response"
+    return (f"synonyms: {100 * mean:.1f}% of eligible content words replaced (mean over "
+            f"{share['items_with_eligible']} responses; {share['replaced']} of "
+            f"{share['eligible']} pooled)")
 
 
 def _pair_rows(items: Sequence[ResponseItem], kinds: Sequence[str], variants: dict[str, list[str]],
@@ -106,6 +120,14 @@ async def arun_robustness(client: AsyncDialscoreClient, path: str | Path, scorer
                          "dialogues need two turns)")
     variants = perturb_all([it.response.text for it in items], kinds, seed=seed,
                            generic_style=mutual_style if corpus_kind == "mutual" else None)
+    share = None
+    if "synonyms" in kinds:
+        # Recomputed with the same per-item RNG as perturb_all, so the counts are of the very
+        # texts scored (checked, since a drift would make the reported share about other text).
+        replaced = synonym_replacements([it.response.text for it in items], seed=seed)
+        if [r.text for r in replaced] != variants["synonyms"]:
+            raise RuntimeError("synonym counts do not match the synonym variants")
+        share = mean_share(replaced)
     served = await served_models(client)
     scoring = durable_scorer(
         make_scorer(scorer, served, model=model, nll_model=nll_model, mode=mode,
@@ -151,13 +173,16 @@ async def arun_robustness(client: AsyncDialscoreClient, path: str | Path, scorer
     table = format_table(stat_rows, STAT_COLUMNS,
                          title=f"Robustness battery: {scorer} scorer ({model_label}), "
                                f"{len(items)} {corpus_kind} responses from {path}")
+    if share is not None:
+        table = f"{table}\n{synonym_share_note(share)}"
     envelope.models = model_provenance(served, used)
     results = {"corpus": corpus_kind, "n_items": len(items), "kinds": kinds,
-               "original": reference, "variants": stats, "resume": scoring.resume_summary()}
+               "original": reference, "variants": stats, "synonym_share": share,
+               "resume": scoring.resume_summary()}
     files = write_run_report(envelope, results, table=table, table_path=out / f"{stem}.txt",
                              report_path=out / f"{stem}.report.json", files=files, echo=echo)
     return RobustnessRun(corpus_kind, items, variants, scores, stats, pair_rows,
-                         envelope.report(results), table, files)
+                         envelope.report(results), table, files, share)
 
 
 def run_robustness(client: DialscoreClient | str, path: str | Path, scorer: str = "nll",
