@@ -216,6 +216,9 @@ def test_robustness_statistics_and_empty_variants(tmp_path):
     report = json.loads((tmp_path / "out" / "robustness-nll-fake-gpt.report.json").read_text())
     assert report["synonym_share"]["mean_item_share"] == pytest.approx(share["mean_item_share"])
     assert f"synonyms: {100 * share['mean_item_share']:.1f}% of eligible content words" in run.table
+    per_item = [r["replaced_share"] for r in run.rows if r["kind"] == "synonyms"]
+    assert per_item[0] == share["mean_item_share"] and per_item[1] is None  # "it is the": none
+    assert all(r["replaced_share"] is None for r in run.rows if r["kind"] != "synonyms")
 
 
 def test_robustness_contradiction_scorer_scores_one_minus_probability(tmp_path):

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dialscore.evals.robustness import (
-    CATEGORIES, KINDS, ResponseItem, VariantStats, mean_share, mutual_style, perturb_all,
-    read_response_items, synonym_replacements, variant_stats,
+    CATEGORIES, KINDS, ResponseItem, SynonymVariant, VariantStats, mean_share, mutual_style,
+    perturb_all, read_response_items, synonym_replacements, variant_stats,
 )
 from dialscore.evals.runners.score_store import durable_scorer
 from dialscore.evals.runners.sync import run_sync
@@ -64,16 +64,21 @@ def synonym_share_note(share: dict[str, Any]) -> str:
 
 
 def _pair_rows(items: Sequence[ResponseItem], kinds: Sequence[str], variants: dict[str, list[str]],
-               scores: Sequence[dict[str, float | None]]) -> list[dict[str, Any]]:
-    """One row per (response, variant): both texts, both scores and their difference."""
+               scores: Sequence[dict[str, float | None]],
+               replaced: Sequence[SynonymVariant] | None = None) -> list[dict[str, Any]]:
+    """One row per (response, variant): both texts, both scores and their difference; a synonym
+    row also gives the share of the response's eligible content words it replaced
+    (`replaced_share`, None on other rows and when no word was eligible)."""
     rows = []
     for k, it in enumerate(items):
         for kind in kinds:
             o, v = scores[k]["original"], scores[k][kind]
+            share = replaced[k].share if kind == "synonyms" and replaced is not None else None
             rows.append({"id": it.id, "kind": kind, "category": CATEGORIES[kind],
                          "response": it.response.text, "variant": variants[kind][k],
                          "original_score": o, "variant_score": v,
-                         "delta": None if o is None or v is None else v - o})
+                         "delta": None if o is None or v is None else v - o,
+                         "replaced_share": share})
     return rows
 
 
@@ -120,7 +125,7 @@ async def arun_robustness(client: AsyncDialscoreClient, path: str | Path, scorer
                          "dialogues need two turns)")
     variants = perturb_all([it.response.text for it in items], kinds, seed=seed,
                            generic_style=mutual_style if corpus_kind == "mutual" else None)
-    share = None
+    share, replaced = None, None
     if "synonyms" in kinds:
         # Recomputed with the same per-item RNG as perturb_all, so the counts are of the very
         # texts scored (checked, since a drift would make the reported share about other text).
@@ -152,7 +157,7 @@ async def arun_robustness(client: AsyncDialscoreClient, path: str | Path, scorer
     original = [s["original"] for s in scores]
     stats = {kind: variant_stats(original, [s[kind] for s in scores], kind) for kind in kinds}
     reference = variant_stats(original, original, "original")
-    pair_rows = _pair_rows(items, kinds, variants, scores)
+    pair_rows = _pair_rows(items, kinds, variants, scores, replaced)
     stat_rows = [{**reference.as_row(), "category": "reference", "pearson": None,
                   "spearman": None, "beat_share": None, "tie_share": None}]
     stat_rows += [stats[kind].as_row() for kind in kinds]
@@ -166,8 +171,10 @@ async def arun_robustness(client: AsyncDialscoreClient, path: str | Path, scorer
     if plot and plots_available():
         from dialscore.evals.robustness_plot import plot_variants
 
-        files["plot"] = plot_variants(stats, reference, f"{scorer} scorer ({model_label}) on "
-                                      f"{len(items)} {corpus_kind} responses", out / f"{stem}.png")
+        title = f"{scorer} scorer ({model_label}) on {len(items)} {corpus_kind} responses"
+        if share is not None and share["mean_item_share"] is not None:
+            title += f"; synonyms replaced {100 * share['mean_item_share']:.0f}% of content words"
+        files["plot"] = plot_variants(stats, reference, title, out / f"{stem}.png")
     elif plot and echo is not None:
         echo(NO_PLOTS_NOTE)
     table = format_table(stat_rows, STAT_COLUMNS,
