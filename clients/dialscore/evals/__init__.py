@@ -4,7 +4,7 @@ scorers that ask the service, and the runners that tie them together.
     mutual           MuTual / MuTual-plus: readers, option ranking, R@1 / R@2 / MRR, official export
     decode           DECODE: reader, contradiction-service wire types, metrics, A2T and RCT sets
     robustness       the ADEM-style perturbation battery and per-variant statistics
-    linguistic       the battery's POS / entity / synonym backend (textblob + WordNet 3.0 files)
+    linguistic       the battery's POS / entity / synonym backend (textblob, WordNet 3.0, lemminflect)
     robustness_plot  the battery's figure (matplotlib)
     served           the served models: lookup by name and kind, with hints
     scorers          the Scorer protocol and the nll, contradiction and rerank scorers (HTTP)

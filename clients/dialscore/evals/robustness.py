@@ -7,10 +7,10 @@ of slight variants, and drops unnatural and generic ones. The variants (`KINDS`,
                  no_stopwords_25       the 25 most common stopwords removed (`STOPWORDS_25`)
                  no_stopwords_nltk     all NLTK English stopwords removed (`NLTK_STOPWORDS`)
                  no_entities           named-entity tokens removed                 (backend)
-                 synonyms              base-form content words -> a WordNet synonym (backend)
+                 synonyms              content words -> a WordNet synonym, same inflection (backend)
     simplified   nouns_pronouns_verbs  only nouns, pronouns and verbs kept         (backend)
-                 nouns_only            only nouns kept                             (backend)
-    unnatural    jumbled               words shuffled (never left in order when they can move)
+    unnatural    nouns_only            only nouns kept                             (backend)
+                 jumbled               words shuffled (never left in order when they can move)
                  reversed              word order reversed
                  repeated              a quarter of the words (at least one) doubled in place
     generic      generic_sorry         "I'm sorry, can you repeat?"
@@ -31,6 +31,15 @@ PRP$, WP and WP$; nouns NN, NNS, NNP and NNPS.
 
 A variant can be empty (a response made only of stopwords); scorers usually refuse empty text,
 so runners skip those pairs and `variant_stats` counts them as missing.
+
+"Only nouns" is unnatural, not a simplification: the paper expects it to "ideally obtain low
+scores" (spec section 5), so it is reported with the variants that should lose score.
+
+Synonyms. Every content word (a tag in `CONTENT_TAGS`: nouns, verbs, adjectives, adverbs) that is
+neither a stopword (`NLTK_STOPWORDS`) nor a named entity is eligible; each eligible word with a
+synonym from the backend is replaced (one candidate picked at random), in its own inflection and
+case. `synonym_replacements` returns the share replaced (replaced / eligible) with the text, which
+the runner reports; words without a synonym in WordNet are what keeps the share below 1.
 
 Determinism. `perturb(text, kind, rng)` consumes only the `random.Random` it is given;
 `perturb_all` seeds one per (seed, kind, response index), so a variant does not depend on which
@@ -55,7 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dialscore.evals.decode import DecodeDialogue, average_ranks, read_decode
-from dialscore.evals.linguistic import LinguisticBackend, default_backend
+from dialscore.evals.linguistic import CONTENT_TAGS, LinguisticBackend, default_backend
 from dialscore.evals.mutual import MutualInstance, read_mutual
 from dialscore.types import Turn
 
@@ -88,7 +97,9 @@ GENERIC_REPLIES: dict[str, str] = {
 CATEGORIES: dict[str, str] = {
     "no_punctuation": "slight", "no_stopwords_25": "slight", "no_stopwords_nltk": "slight",
     "no_entities": "slight", "synonyms": "slight",
-    "nouns_pronouns_verbs": "simplified", "nouns_only": "simplified",
+    "nouns_pronouns_verbs": "simplified",
+    # The paper: only nouns "should ideally obtain low scores"; unnatural, not a simplification.
+    "nouns_only": "unnatural",
     "jumbled": "unnatural", "reversed": "unnatural", "repeated": "unnatural",
     **{kind: "generic" for kind in GENERIC_REPLIES},
 }
@@ -172,17 +183,53 @@ def _keep_tags(text: str, backend: LinguisticBackend, allowed: frozenset[str]) -
                           for (_, tok), tag in zip(tokens, tags)])
 
 
-def _synonyms(text: str, backend: LinguisticBackend, rng: random.Random) -> str:
+@dataclass(frozen=True)
+class SynonymVariant:
+    """A synonym variant and how much of its text it replaced."""
+
+    text: str
+    replaced: int
+    eligible: int
+
+    @property
+    def share(self) -> float | None:
+        """replaced / eligible; None when the text has no eligible content word."""
+        return self.replaced / self.eligible if self.eligible else None
+
+
+def _synonyms(text: str, backend: LinguisticBackend, rng: random.Random) -> SynonymVariant:
     tokens = tokenize(text)
     words = [tok for _, tok in tokens]
     replace: dict[int, str] = {}
-    for i, (tok, tag) in enumerate(zip(words, backend.tag(words))):
-        if is_punctuation(tok) or _stop_key(tok) in NLTK_STOPWORDS:
+    eligible = 0
+    for i, (tok, tag, entity) in enumerate(zip(words, backend.tag(words),
+                                               backend.entities(words))):
+        if (tag not in CONTENT_TAGS or entity or is_punctuation(tok)
+                or _stop_key(tok) in NLTK_STOPWORDS):
             continue
+        eligible += 1
         candidates = backend.synonyms(tok.lower(), tag)
         if candidates:
             replace[i] = _match_case(rng.choice(candidates), tok)
-    return _join(tokens, [True] * len(tokens), replace)
+    return SynonymVariant(_join(tokens, [True] * len(tokens), replace), len(replace), eligible)
+
+
+def synonym_replacements(texts: Sequence[str], seed: int = 0,
+                         backend: LinguisticBackend | None = None) -> list[SynonymVariant]:
+    """The synonym variant of each text with its counts; `.text` equals what `perturb_all`
+    gives for the same seed (same per-item RNG)."""
+    backend = backend if backend is not None else default_backend()
+    return [_synonyms(t, backend, variant_rng(seed, "synonyms", i)) for i, t in enumerate(texts)]
+
+
+def mean_share(variants: Sequence[SynonymVariant]) -> dict[str, float | int | None]:
+    """The share of eligible content words replaced: the mean of the per-item shares (items with
+    no eligible word left out), and the pooled share over all items."""
+    shares = [v.share for v in variants if v.share is not None]
+    replaced, eligible = sum(v.replaced for v in variants), sum(v.eligible for v in variants)
+    return {"mean_item_share": math.fsum(shares) / len(shares) if shares else None,
+            "pooled_share": replaced / eligible if eligible else None,
+            "replaced": replaced, "eligible": eligible, "items_with_eligible": len(shares)}
 
 
 def _jumbled(words: list[str], rng: random.Random) -> list[str]:
@@ -234,7 +281,7 @@ def perturb(text: str, kind: str, rng: random.Random,
         flags = backend.entities([tok for _, tok in tokens])
         return _join(tokens, [not f for f in flags])
     if kind == "synonyms":
-        return _synonyms(text, backend, rng)
+        return _synonyms(text, backend, rng).text
     if kind == "nouns_pronouns_verbs":
         return _keep_tags(text, backend, NOUN_TAGS | PRONOUN_TAGS | VERB_TAGS)
     return _keep_tags(text, backend, NOUN_TAGS)  # nouns_only

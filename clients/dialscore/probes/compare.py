@@ -6,16 +6,27 @@ percentile interval from a dialogue-level paired bootstrap: each replicate draws
 (dataset, dialogue_id) with replacement and recomputes both accuracies on the same drawn pairs;
 the two-sided p-value is that of the bootstrap test of "no difference" (twice the smaller share of
 replicate differences on either side of 0, at most 1). Needs numpy (the `reports` extra).
+
+`dialscore probe compare RUN_DIR --models A B` runs it on a finished probe run: it reads the
+run's ``pairs.jsonl``, compares per setting and per setting and category (logical, complete),
+prints the table and writes ``compare-A-vs-B.json`` and ``.txt`` into the run folder.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from pathlib import Path
 
 from dialscore.probes.report import ScoredPair
+from dialscore.reporting.atomic import atomic_write_text
+from dialscore.reporting.rows import write_json
+from dialscore.reporting.tables import render_grid
 
-__all__ = ["PairedComparison", "compare_models"]
+__all__ = ["GroupComparison", "PairedComparison", "compare_models", "compare_run",
+           "format_comparison", "read_scored_pairs", "write_comparison"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +74,98 @@ def compare_models(pairs: Sequence[ScoredPair], model_a: str, model_b: str, seed
     acc_a, acc_b = hits_a.sum() / n.sum(), hits_b.sum() / n.sum()
     return PairedComparison(model_a, model_b, len(shared), len(index), float(acc_a), float(acc_b),
                             float(acc_a - acc_b), float(lo), float(hi), p)
+
+
+# --- comparing two models of a finished probe run --------------------------------------------
+
+#: What a probe run writes, one scored pair a line (see :mod:`dialscore.probes.report`).
+PAIRS_FILE = "pairs.jsonl"
+_PAIR_FIELDS = tuple(f.name for f in fields(ScoredPair))
+
+
+@dataclass(frozen=True)
+class GroupComparison:
+    """The paired comparison on one group of a run: a setting, with every category ("all") or
+    one category (logical, complete)."""
+
+    setting: str
+    category: str
+    comparison: PairedComparison
+
+    def as_row(self) -> dict[str, object]:
+        c = self.comparison
+        return {"setting": self.setting, "category": self.category, "n_pairs": c.n_pairs,
+                "n_dialogues": c.n_dialogues, "accuracy_a": c.accuracy_a,
+                "accuracy_b": c.accuracy_b, "difference": c.difference, "ci_low": c.ci_low,
+                "ci_high": c.ci_high, "p_value": c.p_value}
+
+
+def read_scored_pairs(run_dir: str | Path) -> list[ScoredPair]:
+    """The scored pairs of a probe run folder (its ``pairs.jsonl``). Raises FileNotFoundError
+    naming the file when the folder holds no finished run."""
+    path = Path(run_dir) / PAIRS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: compare needs the folder of a finished "
+                                "`dialscore probe` run (its --out)")
+    with path.open(encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    return [ScoredPair(**{k: row[k] for k in _PAIR_FIELDS if k in row}) for row in rows]
+
+
+def compare_run(pairs: Sequence[ScoredPair], model_a: str, model_b: str, seed: int = 0,
+                n_boot: int = 2000) -> list[GroupComparison]:
+    """`compare_models` per setting (category "all"), then per setting and category, in the
+    run's order of settings and categories; a group the two models share no pair in is left
+    out. Raises ValueError naming the run's models when either model scored nothing."""
+    models = list(dict.fromkeys(p.model for p in pairs))
+    for name in (model_a, model_b):
+        if name not in models:
+            raise ValueError(f"model {name!r} scored no pair in this run; it has "
+                             f"{', '.join(models) or 'no model'}")
+    out: list[GroupComparison] = []
+    for setting in dict.fromkeys(p.setting for p in pairs):
+        in_setting = [p for p in pairs if p.setting == setting]
+        groups = [("all", in_setting)] + [
+            (cat, [p for p in in_setting if p.category == cat])
+            for cat in dict.fromkeys(p.category for p in in_setting)]
+        for category, group in groups:
+            try:
+                out.append(GroupComparison(setting, category, compare_models(
+                    group, model_a, model_b, seed=seed, n_boot=n_boot)))
+            except ValueError:  # no pair shared in this group
+                continue
+    if not out:
+        raise ValueError(f"models {model_a!r} and {model_b!r} share no scored pair")
+    return out
+
+
+def format_comparison(groups: Sequence[GroupComparison], model_a: str, model_b: str,
+                      n_boot: int) -> str:
+    """The terminal table: accuracies, the difference A - B with its 95% interval, the p-value."""
+    rows = [[g.setting, g.category, str(g.comparison.n_pairs), str(g.comparison.n_dialogues),
+             f"{g.comparison.accuracy_a:.3f}", f"{g.comparison.accuracy_b:.3f}",
+             f"{g.comparison.difference:+.3f}",
+             f"[{g.comparison.ci_low:+.3f}, {g.comparison.ci_high:+.3f}]",
+             f"{g.comparison.p_value:.4f}"] for g in groups]
+    header = ["setting", "category", "pairs", "dialogues", f"acc {model_a}", f"acc {model_b}",
+              "A - B", "95% CI", "p"]
+    title = (f"Paired comparison, A = {model_a}, B = {model_b} (dialogue-level bootstrap, "
+             f"{n_boot} resamples; p: two-sided test of no difference)")
+    return f"{title}\n{render_grid([header, *rows], header_rows=1, right=set(range(2, 9)))}"
+
+
+def comparison_stem(model_a: str, model_b: str) -> str:
+    """File name stem of a comparison, e.g. ``compare-dialogpt-medium-vs-bart-base``."""
+    safe = [re.sub(r"[^A-Za-z0-9._-]+", "_", m) for m in (model_a, model_b)]
+    return f"compare-{safe[0]}-vs-{safe[1]}"
+
+
+def write_comparison(run_dir: str | Path, groups: Sequence[GroupComparison], model_a: str,
+                     model_b: str, seed: int, n_boot: int, table: str) -> dict[str, Path]:
+    """Write ``<stem>.json`` (the settings and one row per group) and ``<stem>.txt`` (the
+    table) into the run folder, atomically; returns their paths."""
+    out, stem = Path(run_dir), comparison_stem(model_a, model_b)
+    doc = {"model_a": model_a, "model_b": model_b, "seed": seed, "n_boot": n_boot, "level": 0.95,
+           "difference": "accuracy_a - accuracy_b", "groups": [g.as_row() for g in groups]}
+    return {"json": write_json(out / f"{stem}.json", doc),
+            "table": atomic_write_text(out / f"{stem}.txt", table + "\n")}

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dialscore.evals.robustness import (
-    CATEGORIES, KINDS, ResponseItem, VariantStats, mutual_style, perturb_all,
-    read_response_items, variant_stats,
+    CATEGORIES, KINDS, ResponseItem, SynonymVariant, VariantStats, mean_share, mutual_style,
+    perturb_all, read_response_items, synonym_replacements, variant_stats,
 )
 from dialscore.evals.runners.score_store import durable_scorer
 from dialscore.evals.runners.sync import run_sync
@@ -47,19 +47,38 @@ class RobustnessRun:
     report: dict[str, Any]
     table: str
     files: dict[str, Path] = field(default_factory=dict)
+    #: The share of eligible content words the synonym variant replaced (`mean_share`'s keys);
+    #: None when the synonym variant was not requested.
+    synonym_share: dict[str, Any] | None = None
+
+
+def synonym_share_note(share: dict[str, Any]) -> str:
+    """One line for the report table, e.g. "synonyms: 73.4% of eligible content words replaced
+    (mean over 200 responses; 767 of 1043 pooled)"."""
+    mean = share["mean_item_share"]
+    if mean is None:
+        return "synonyms: no eligible content word in any response"
+    return (f"synonyms: {100 * mean:.1f}% of eligible content words replaced (mean over "
+            f"{share['items_with_eligible']} responses; {share['replaced']} of "
+            f"{share['eligible']} pooled)")
 
 
 def _pair_rows(items: Sequence[ResponseItem], kinds: Sequence[str], variants: dict[str, list[str]],
-               scores: Sequence[dict[str, float | None]]) -> list[dict[str, Any]]:
-    """One row per (response, variant): both texts, both scores and their difference."""
+               scores: Sequence[dict[str, float | None]],
+               replaced: Sequence[SynonymVariant] | None = None) -> list[dict[str, Any]]:
+    """One row per (response, variant): both texts, both scores and their difference; a synonym
+    row also gives the share of the response's eligible content words it replaced
+    (`replaced_share`, None on other rows and when no word was eligible)."""
     rows = []
     for k, it in enumerate(items):
         for kind in kinds:
             o, v = scores[k]["original"], scores[k][kind]
+            share = replaced[k].share if kind == "synonyms" and replaced is not None else None
             rows.append({"id": it.id, "kind": kind, "category": CATEGORIES[kind],
                          "response": it.response.text, "variant": variants[kind][k],
                          "original_score": o, "variant_score": v,
-                         "delta": None if o is None or v is None else v - o})
+                         "delta": None if o is None or v is None else v - o,
+                         "replaced_share": share})
     return rows
 
 
@@ -106,6 +125,14 @@ async def arun_robustness(client: AsyncDialscoreClient, path: str | Path, scorer
                          "dialogues need two turns)")
     variants = perturb_all([it.response.text for it in items], kinds, seed=seed,
                            generic_style=mutual_style if corpus_kind == "mutual" else None)
+    share, replaced = None, None
+    if "synonyms" in kinds:
+        # Recomputed with the same per-item RNG as perturb_all, so the counts are of the very
+        # texts scored (checked, since a drift would make the reported share about other text).
+        replaced = synonym_replacements([it.response.text for it in items], seed=seed)
+        if [r.text for r in replaced] != variants["synonyms"]:
+            raise RuntimeError("synonym counts do not match the synonym variants")
+        share = mean_share(replaced)
     served = await served_models(client)
     scoring = durable_scorer(
         make_scorer(scorer, served, model=model, nll_model=nll_model, mode=mode,
@@ -130,7 +157,7 @@ async def arun_robustness(client: AsyncDialscoreClient, path: str | Path, scorer
     original = [s["original"] for s in scores]
     stats = {kind: variant_stats(original, [s[kind] for s in scores], kind) for kind in kinds}
     reference = variant_stats(original, original, "original")
-    pair_rows = _pair_rows(items, kinds, variants, scores)
+    pair_rows = _pair_rows(items, kinds, variants, scores, replaced)
     stat_rows = [{**reference.as_row(), "category": "reference", "pearson": None,
                   "spearman": None, "beat_share": None, "tie_share": None}]
     stat_rows += [stats[kind].as_row() for kind in kinds]
@@ -144,20 +171,25 @@ async def arun_robustness(client: AsyncDialscoreClient, path: str | Path, scorer
     if plot and plots_available():
         from dialscore.evals.robustness_plot import plot_variants
 
-        files["plot"] = plot_variants(stats, reference, f"{scorer} scorer ({model_label}) on "
-                                      f"{len(items)} {corpus_kind} responses", out / f"{stem}.png")
+        title = f"{scorer} scorer ({model_label}) on {len(items)} {corpus_kind} responses"
+        if share is not None and share["mean_item_share"] is not None:
+            title += f"; synonyms replaced {100 * share['mean_item_share']:.0f}% of content words"
+        files["plot"] = plot_variants(stats, reference, title, out / f"{stem}.png")
     elif plot and echo is not None:
         echo(NO_PLOTS_NOTE)
     table = format_table(stat_rows, STAT_COLUMNS,
                          title=f"Robustness battery: {scorer} scorer ({model_label}), "
                                f"{len(items)} {corpus_kind} responses from {path}")
+    if share is not None:
+        table = f"{table}\n{synonym_share_note(share)}"
     envelope.models = model_provenance(served, used)
     results = {"corpus": corpus_kind, "n_items": len(items), "kinds": kinds,
-               "original": reference, "variants": stats, "resume": scoring.resume_summary()}
+               "original": reference, "variants": stats, "synonym_share": share,
+               "resume": scoring.resume_summary()}
     files = write_run_report(envelope, results, table=table, table_path=out / f"{stem}.txt",
                              report_path=out / f"{stem}.report.json", files=files, echo=echo)
     return RobustnessRun(corpus_kind, items, variants, scores, stats, pair_rows,
-                         envelope.report(results), table, files)
+                         envelope.report(results), table, files, share)
 
 
 def run_robustness(client: DialscoreClient | str, path: str | Path, scorer: str = "nll",
