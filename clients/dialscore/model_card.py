@@ -22,14 +22,18 @@ class DialogueFormat(BaseModel):
     """How a dialogue (turns, optional knowledge sentence, target) becomes model input.
 
     Separators may contain the placeholders ``{eos}`` and ``{bos}``, resolved against the model's
-    own tokenizer (DialoGPT joins turns with ``<|endoftext|>``, its eos token).
+    own tokenizer (DialoGPT joins turns with ``<|endoftext|>``, its eos token). Whitespace that
+    touches a special token in a separator is dropped (``" </s> "`` reads as ``"</s>"``), and turns
+    and the knowledge sentence are stripped of edge whitespace: in byte-level BPE such a space would
+    be a lone ``Ġ`` token the model never saw in training.
 
     Source layout, for turns ``t_1..t_n`` and an optional knowledge sentence ``K``::
 
         [K + knowledge_separator]  t_1 + turn_separator + ... + t_n [+ turn_separator if separator_after_last]
 
-    The knowledge part is *pinned*: left truncation removes the oldest turns first and reaches the
-    knowledge only when no turn is left.
+    (``knowledge_position: after_history`` puts ``knowledge_separator + K`` after ``t_n`` instead;
+    a separator is never written next to a missing unit). The knowledge part is *pinned*: left
+    truncation removes the oldest turns first and reaches the knowledge only when no turn is left.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True, protected_namespaces=())
@@ -71,7 +75,8 @@ class DialogueFormat(BaseModel):
     )
 
     def join_turns(self, turns: Sequence[str]) -> str:
-        """Join turns with this format's separator (placeholders unresolved)."""
+        """Join turns with this format's separator as written (placeholders unresolved, no
+        whitespace cleaning): a readable sketch; the server's ``nll.layout`` builds the real input."""
         text = self.turn_separator.join(turns)
         if turns and self.separator_after_last:
             text += self.turn_separator

@@ -321,7 +321,7 @@ def _ids(engine, text):
 @pytest.mark.parametrize("name,joined", [
     ("dialogpt-medium", "a b<|endoftext|>c d<|endoftext|>"),
     ("blenderbot-400m", "a b  c d"),
-    ("bart-base", "a b </s> c d"),
+    ("bart-base", "a b</s>c d"),  # was "a b </s> c d": a lone space token before </s>
 ])
 def test_turns_use_the_family_format(loaded, name, joined):
     engine = engine_for(loaded, name)
