@@ -34,6 +34,7 @@ class DialogueFormat(BaseModel):
     (``knowledge_position: after_history`` puts ``knowledge_separator + K`` after ``t_n`` instead;
     a separator is never written next to a missing unit). The knowledge part is *pinned*: left
     truncation removes the oldest turns first and reaches the knowledge only when no turn is left.
+    How turns are removed is ``truncation``.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True, protected_namespaces=())
@@ -72,6 +73,16 @@ class DialogueFormat(BaseModel):
     )
     source_eos: bool = Field(
         True, description="Encoder-decoder only: append the eos token to the encoder input."
+    )
+
+    truncation: Literal["turns", "tokens"] = Field(
+        "turns",
+        description="How a source too long for the window is shortened (the target is never cut). "
+        "`turns` (default): whole oldest turns are dropped until the rest fits, so the model sees "
+        "no fragment of a turn; if even the newest turn (with the pinned knowledge) does not fit, "
+        "that last source is cut token by token from the left. `tokens`: the oldest tokens are cut, "
+        "which can leave a fragment of the oldest kept turn (ParlAI's behaviour). Raw `source` "
+        "items have no turns and are always cut by tokens.",
     )
 
     def join_turns(self, turns: Sequence[str]) -> str:

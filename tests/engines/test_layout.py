@@ -1,8 +1,9 @@
 """Input hygiene (issue 15 item 6, spec section 1): the exact token layout of every shipped dialogue
-format and no lone space token next to a special token.
+format, no lone space token next to a special token, and whole-turn left truncation.
 
 Expected sequences are built from the stand-in tokenizers' own pieces (each text tokenized alone,
-the tokenizer's special-token ids), never typed-in numbers. Only tokenizers are loaded here.
+the tokenizer's special-token ids), never typed-in numbers. Only tokenizers are loaded here, except
+in the last test (one small model).
 """
 
 from __future__ import annotations
@@ -140,3 +141,105 @@ def test_dialogpt_layout_is_unchanged_for_clean_input(stand_in_registry, tokeniz
     e = encoder(stand_in_registry, tokenizers, "dialogpt-medium").encode(
         NLLItem(target=TARGET, context=TURNS))
     assert list(e.source_ids) == alone(tok, "".join(t + "<|endoftext|>" for t in TURNS))
+
+
+# ---------------------------------------------------------------------------------- truncation
+LONG = tuple(f"turn {k}: {s}" for k, s in enumerate(
+    ["how are you today?", "not much, just resting.", "where do you live?",
+     "I live in a small town.", "what is your favourite food?", "pizza, definitely."]))
+
+
+def window_for(enc: NLLEncoder, name: str, keep: int) -> int:
+    """A window that fits the newest `keep` whole turns of LONG plus one token, not one more."""
+    tok = enc.tokenizer
+    src = len(expected_source(name, tok, LONG[-keep:])) + 1
+    target = len(alone(tok, TARGET)) + 1
+    return src + target if enc.config.family == "causal" else src
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_whole_turn_truncation_is_the_default(stand_in_registry, tokenizers, name):
+    tok = tokenizers[name]
+    probe = encoder(stand_in_registry, tokenizers, name)
+    assert probe.fmt.truncation == "turns"
+    enc = encoder(stand_in_registry, tokenizers, name, max_length=window_for(probe, name, 3))
+    e = enc.encode(NLLItem(target=TARGET, context=LONG))
+    assert e.truncated
+    assert list(e.source_ids) == expected_source(name, tok, LONG[-3:])  # three whole turns
+    text = tok.decode(list(e.source_ids))
+    assert "turn 3:" in text and "turn 2" not in text and "favourite" in text
+    assert list(e.target_ids) == alone(tok, TARGET) + [tok.eos_token_id]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_token_truncation_keeps_a_fragment(stand_in_registry, tokenizers, name):
+    tok = tokenizers[name]
+    probe = encoder(stand_in_registry, tokenizers, name)
+    window = window_for(probe, name, 3)
+    enc = encoder(stand_in_registry, tokenizers, name, max_length=window, truncation="tokens")
+    e = enc.encode(NLLItem(target=TARGET, context=LONG))
+    full = expected_source(name, tok, LONG)
+    head = [tok.bos_token_id] if name == "bart-base" else []
+    tail = [tok.eos_token_id] if name in ("bart-base", "blenderbot-400m") else []
+    content = full[len(head):len(full) - len(tail)]
+    room = (window - len(e.target_ids) if enc.config.family == "causal"
+            else window - len(head) - len(tail))
+    assert e.truncated
+    assert list(e.source_ids) == head + content[-room:] + tail
+    # One token more than the three whole turns: a fragment of the fourth newest is kept.
+    assert len(e.source_ids) == len(expected_source(name, tok, LONG[-3:])) + 1
+
+
+@pytest.mark.parametrize("name", ["dialogpt-medium", "bart-base"])
+def test_knowledge_stays_pinned_under_whole_turn_truncation(stand_in_registry, tokenizers, name):
+    tok = tokenizers[name]
+    probe = encoder(stand_in_registry, tokenizers, name)
+    window = window_for(probe, name, 2) + len(alone(tok, KNOWLEDGE)) + 1
+    enc = encoder(stand_in_registry, tokenizers, name, max_length=window)
+    e = enc.encode(NLLItem(target=TARGET, context=LONG, knowledge=KNOWLEDGE))
+    assert e.truncated
+    assert list(e.source_ids) == expected_source(name, tok, LONG[-2:], KNOWLEDGE)
+
+
+@pytest.mark.parametrize("name", ["dialogpt-medium", "blenderbot-400m"])
+def test_newest_turn_too_long_falls_back_to_a_token_cut(stand_in_registry, tokenizers, name):
+    """When even the newest turn does not fit, its oldest tokens are cut (not all context dropped)."""
+    tok = tokenizers[name]
+    long_turn = " ".join(LONG)
+    enc = encoder(stand_in_registry, tokenizers, name, max_length=16)
+    e = enc.encode(NLLItem(target="ok", context=("hello there", long_turn)))
+    newest = expected_source(name, tok, [long_turn])
+    assert e.truncated
+    if enc.config.family == "causal":
+        assert list(e.source_ids) == newest[-(16 - len(e.target_ids)):]
+    else:
+        assert list(e.source_ids) == newest[:-1][-(16 - 1):] + [tok.eos_token_id]
+
+
+def test_raw_source_is_cut_by_tokens(stand_in_registry, tokenizers):
+    tok = tokenizers["dialogpt-medium"]
+    source = "<|endoftext|>".join(LONG)
+    e = encoder(stand_in_registry, tokenizers, "dialogpt-medium", max_length=20).encode(
+        NLLItem(target="ok", source=source))
+    assert e.truncated and list(e.source_ids) == alone(tok, source)[-(20 - len(e.target_ids)):]
+
+
+def test_truncated_nll_scores_only_the_target(stand_in_registry):
+    """A whole-turn-truncated item scores exactly as the same item sent without the dropped turns:
+    same target tokens, same NLL; only the `truncated` flag differs."""
+    from dialscore_server.checkpoints.loading import load_model
+    from dialscore_server.checkpoints.standins import reinit_
+    from dialscore_server.nll.engine import NLLEngine
+
+    loaded = load_model(stand_in_registry.get("dialogpt-medium"))
+    reinit_(loaded.model, 0.3, seed=1)
+    tok = loaded.tokenizer
+    window = len(expected_source("dialogpt-medium", tok, LONG[-2:])) + len(alone(tok, TARGET)) + 2
+    engine = NLLEngine(loaded.config.model_copy(update={"max_length": window}), loaded=loaded,
+                       fast_kernels=False)
+    cut, kept = engine.score([NLLItem(target=TARGET, context=LONG),
+                              NLLItem(target=TARGET, context=LONG[-2:])])
+    assert cut.truncated and not kept.truncated
+    assert cut.token_ids == kept.token_ids == alone(tok, TARGET) + [tok.eos_token_id]
+    assert cut.num_tokens == len(cut.token_ids) and cut.source_tokens == kept.source_tokens
+    assert cut.nll == pytest.approx(kept.nll, abs=1e-5)

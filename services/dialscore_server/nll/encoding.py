@@ -5,8 +5,9 @@ for one model: dialogue turns and knowledge are laid out with the model's
 :class:`~dialscore.model_card.DialogueFormat` (:class:`~dialscore_server.nll.layout.SourceLayout`:
 no lone space token next to a special token) and the source text is tokenized in one call; the
 target is tokenized on its own (no special tokens, no leading space added) and gets the eos token
-when the format says ``append_eos``. Sources that do not fit the window are cut from the left
-(oldest history first, the pinned knowledge only when no history is left); targets are never cut.
+when the format says ``append_eos``. Sources that do not fit the window are shortened from the
+left as the format's ``truncation`` says: whole oldest turns (``turns``, the default) or oldest
+tokens (``tokens``); the pinned knowledge goes last; targets are never cut.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class EncodedItem:
     """An item after tokenization and truncation: what the forward pass consumes.
 
     `source_ids` is the full encoder input (seq2seq) or the conditioning prefix (causal);
-    `target_ids` are exactly the scored tokens.
+    `target_ids` are exactly the scored tokens. `truncated` is true when the source was shortened
+    to fit: oldest whole turns dropped and/or tokens cut from the left.
     """
 
     source_ids: tuple[int, ...]
@@ -120,6 +122,44 @@ class NLLEncoder:
             n += 1
         return whole[:n], whole[n:]
 
+    def _fit_source(self, item: NLLItem, room: int) -> tuple[list[int], bool]:
+        """The source's token ids in at most `room` tokens, and whether anything was removed.
+
+        ``turns`` truncation drops the fewest oldest turns that make the rest fit (the source of
+        the kept turns is tokenized afresh: exactly the source of an item sent without the dropped
+        turns); when even the newest turn does not fit, that source is cut by tokens. ``tokens``
+        truncation, and raw sources, cut by tokens (:func:`cut_left`)."""
+        pinned, body = self._source_ids(*self.format_parts(item))
+        if len(pinned) + len(body) <= max(room, 0):
+            return pinned + body, False
+        turns = item.context or ()
+        if item.source is not None or self.fmt.truncation == "tokens" or len(turns) < 2:
+            return cut_left(pinned, body, room)
+
+        memo: dict[int, tuple[list[int], list[int]]] = {}
+
+        def kept(k: int) -> tuple[list[int], list[int]]:  # the source without the k oldest turns
+            if k not in memo:
+                memo[k] = self._source_ids(*self.layout.parts(turns[k:], item.knowledge))
+            return memo[k]
+
+        def fits(k: int) -> bool:
+            return sum(map(len, kept(k))) <= room
+
+        # Token counts shrink as turns are dropped, so the fewest drops that fit is a bisection
+        # over k in 1..n-1 (k = 0 is known not to fit).
+        lo, hi = 1, len(turns) - 1
+        if not fits(hi):
+            return cut_left(*kept(hi), room)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        p, b = kept(lo)
+        return p + b, True
+
     # ----------------------------------------------------------------------------- encoding
     def encode(self, item: NLLItem) -> EncodedItem:
         """Tokenize and truncate one item; raise :class:`InputError` if it cannot be scored
@@ -129,7 +169,6 @@ class NLLEncoder:
             target.append(self.eos_id)
         if not target:
             raise EmptyTargetError("target is empty: there is no token to score", "target")
-        pinned, body = self._source_ids(*self.format_parts(item))
         limit = self.config.max_length
         if self.config.family == "causal":
             if len(target) > limit - 1:
@@ -137,7 +176,7 @@ class NLLEncoder:
                     f"target has {len(target)} tokens; model {self.config.name!r} fits at most "
                     f"{limit - 1} target tokens (window {limit}, one token of context); targets are "
                     "never truncated", "target")
-            src, truncated = cut_left(pinned, body, limit - len(target))
+            src, truncated = self._fit_source(item, limit - len(target))
             if not src:
                 src = [self.bos_id]
             return EncodedItem(tuple(src), tuple(target), truncated)
@@ -148,7 +187,7 @@ class NLLEncoder:
                 f"{limit - len(self.decoder_prefix) + 1}; targets are never truncated", "target")
         head = [self.bos_id] if self.fmt.source_bos else []
         tail = [self.eos_id] if self.fmt.source_eos else []
-        content, truncated = cut_left(pinned, body, limit - len(head) - len(tail))
+        content, truncated = self._fit_source(item, limit - len(head) - len(tail))
         src = head + content + tail or [self.eos_id]
         return EncodedItem(tuple(src), tuple(target), truncated)
 
