@@ -22,14 +22,19 @@ class DialogueFormat(BaseModel):
     """How a dialogue (turns, optional knowledge sentence, target) becomes model input.
 
     Separators may contain the placeholders ``{eos}`` and ``{bos}``, resolved against the model's
-    own tokenizer (DialoGPT joins turns with ``<|endoftext|>``, its eos token).
+    own tokenizer (DialoGPT joins turns with ``<|endoftext|>``, its eos token). Whitespace that
+    touches a special token in a separator is dropped (``" </s> "`` reads as ``"</s>"``), and turns
+    and the knowledge sentence are stripped of edge whitespace: in byte-level BPE such a space would
+    be a lone ``Ġ`` token the model never saw in training.
 
     Source layout, for turns ``t_1..t_n`` and an optional knowledge sentence ``K``::
 
         [K + knowledge_separator]  t_1 + turn_separator + ... + t_n [+ turn_separator if separator_after_last]
 
-    The knowledge part is *pinned*: left truncation removes the oldest turns first and reaches the
-    knowledge only when no turn is left.
+    (``knowledge_position: after_history`` puts ``knowledge_separator + K`` after ``t_n`` instead;
+    a separator is never written next to a missing unit). The knowledge part is *pinned*: left
+    truncation removes the oldest turns first and reaches the knowledge only when no turn is left.
+    How turns are removed is ``truncation``.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True, protected_namespaces=())
@@ -70,8 +75,19 @@ class DialogueFormat(BaseModel):
         True, description="Encoder-decoder only: append the eos token to the encoder input."
     )
 
+    truncation: Literal["turns", "tokens"] = Field(
+        "turns",
+        description="How a source too long for the window is shortened (the target is never cut). "
+        "`turns` (default): whole oldest turns are dropped until the rest fits, so the model sees "
+        "no fragment of a turn; if even the newest turn (with the pinned knowledge) does not fit, "
+        "that last source is cut token by token from the left. `tokens`: the oldest tokens are cut, "
+        "which can leave a fragment of the oldest kept turn (ParlAI's behaviour). Raw `source` "
+        "items have no turns and are always cut by tokens.",
+    )
+
     def join_turns(self, turns: Sequence[str]) -> str:
-        """Join turns with this format's separator (placeholders unresolved)."""
+        """Join turns with this format's separator as written (placeholders unresolved, no
+        whitespace cleaning): a readable sketch; the server's ``nll.layout`` builds the real input."""
         text = self.turn_separator.join(turns)
         if turns and self.separator_after_last:
             text += self.turn_separator

@@ -321,7 +321,7 @@ def _ids(engine, text):
 @pytest.mark.parametrize("name,joined", [
     ("dialogpt-medium", "a b<|endoftext|>c d<|endoftext|>"),
     ("blenderbot-400m", "a b  c d"),
-    ("bart-base", "a b </s> c d"),
+    ("bart-base", "a b</s>c d"),  # was "a b </s> c d": a lone space token before </s>
 ])
 def test_turns_use_the_family_format(loaded, name, joined):
     engine = engine_for(loaded, name)
@@ -335,8 +335,15 @@ def test_turns_use_the_family_format(loaded, name, joined):
     assert list(enc.target_ids) == _ids(engine, "ok") + [engine.encoder.eos_id]
 
 
+def _token_cut(loaded, name: str) -> dict:
+    """Config overrides selecting token-level truncation (ParlAI's; the default drops whole turns,
+    tests/engines/test_layout.py)."""
+    return {"format": loaded[name].config.format.model_copy(update={"truncation": "tokens"})}
+
+
 def test_causal_left_truncation_cuts_oldest_tokens_keeps_target(loaded):
-    engine = engine_for(loaded, "dialogpt-medium", max_length=24)
+    engine = engine_for(loaded, "dialogpt-medium", max_length=24,
+                        **_token_cut(loaded, "dialogpt-medium"))
     turns = tuple(templated_sentences(8, seed=2))
     target = "I am fine, thanks."
     enc = engine.encode(NLLItem(target=target, context=turns))
@@ -354,7 +361,8 @@ def test_causal_left_truncation_cuts_oldest_tokens_keeps_target(loaded):
 
 def test_knowledge_is_pinned_when_history_is_cut(loaded):
     """The knowledge sentence (before the history) survives truncation; the oldest history goes."""
-    engine = engine_for(loaded, "dialogpt-medium", max_length=40)
+    engine = engine_for(loaded, "dialogpt-medium", max_length=40,
+                        **_token_cut(loaded, "dialogpt-medium"))
     knowledge = "my sister adopted a puppy"
     turns = tuple(templated_sentences(10, seed=4))
     item = NLLItem(target="ok", context=turns, knowledge=knowledge)
@@ -366,7 +374,7 @@ def test_knowledge_is_pinned_when_history_is_cut(loaded):
     assert enc.truncated
     assert list(enc.source_ids) == pinned_ids + hist_ids[-(room - len(pinned_ids)):]
     # Only when no history fits is the knowledge itself cut, from its left.
-    tiny = engine_for(loaded, "dialogpt-medium", max_length=8)
+    tiny = engine_for(loaded, "dialogpt-medium", max_length=8, **_token_cut(loaded, "dialogpt-medium"))
     enc = tiny.encode(NLLItem(target="ok", context=turns, knowledge=knowledge * 3))
     pinned_ids = _ids(tiny, knowledge * 3 + "<|endoftext|>")
     assert list(enc.source_ids) == pinned_ids[-(8 - len(enc.target_ids)):]
@@ -384,7 +392,7 @@ def test_knowledge_after_history_is_kept_as_newest(loaded):
 
 @pytest.mark.parametrize("name", SEQ2SEQ)
 def test_seq2seq_left_truncation_keeps_special_tokens(loaded, name):
-    engine = engine_for(loaded, name, max_length=20)
+    engine = engine_for(loaded, name, max_length=20, **_token_cut(loaded, name))
     item = NLLItem(target="I live in a small town.", context=tuple(templated_sentences(6, seed=8)))
     enc = engine.encode(item)
     body = _ids(engine, engine.format_parts(item)[1])

@@ -72,6 +72,12 @@ def test_paper_formats():
     assert bart.target_bos and bart.source_bos and bart.source_eos
     assert reg.get("topical-gpt2").format.knowledge_position == "before_history"
     assert all(cfg.format.append_eos for cfg in reg if cfg.family != "classifier")
+    # No shipped separator writes a space next to a special token (tests/engines/test_layout.py).
+    for cfg in reg:
+        for sep in (cfg.format.turn_separator, cfg.format.knowledge_separator):
+            for special in ("{eos}", "{bos}", "</s>", "<s>", "<|endoftext|>"):
+                assert f" {special}" not in sep and f"{special} " not in sep, (cfg.name, sep)
+    assert {cfg.format.truncation for cfg in reg} == {"turns"}
     assert not reg.get("roberta-large-mnli").format.append_eos
 
 
@@ -138,6 +144,14 @@ def test_yaml_dicts_validate():
 def test_invalid_configs_rejected(bad):
     with pytest.raises(ValidationError):
         Registry([bad])
+
+
+def test_truncation_is_configurable_and_checked():
+    assert ModelConfig.model_validate(_minimal()).format.truncation == "turns"
+    cfg = ModelConfig.model_validate(_minimal(format={"turn_separator": "{eos}", "truncation": "tokens"}))
+    assert cfg.format.truncation == "tokens"
+    with pytest.raises(ValidationError, match="truncation"):
+        ModelConfig.model_validate(_minimal(format={"turn_separator": "{eos}", "truncation": "words"}))
 
 
 def test_duplicate_names_rejected():

@@ -80,7 +80,7 @@ class CandidateScore:
     """One candidate's score. `value`: higher = better (see the module docstring for each
     scorer); `detail`: the service's own number behind it (the NLL for the nll scorer,
     P(contradiction) for the others; None when the service gave none); `truncated`: the
-    context was cut from the left to fit the model's window (nll only)."""
+    context was shortened from the left to fit the model's window (nll only)."""
 
     value: float
     detail: float | None

@@ -73,7 +73,8 @@ class ScoredPair:
     corrupted_text: str
     nll_valid: float
     nll_corrupted: float
-    #: True when the source of either item was cut from the left to fit the model's window.
+    #: True when the source of either item was shortened from the left to fit the model's window
+    #: (whole oldest turns dropped, or tokens cut: the model format's `truncation`).
     truncated: bool = False
 
     @property

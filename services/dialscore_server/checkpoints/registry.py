@@ -29,15 +29,34 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
 
 
-# The paper models' formats. BlenderBot and BART choices follow their fine-tuning recipes; the
-# TopicalChat GPT-2 delimiter is the project's choice (spec section 1), stated in every report.
+# The paper models' formats and the exact token layout each produces (fast byte-level BPE
+# tokenizers split text on special tokens first, so a turn after a special token is tokenized as
+# that turn alone; services/dialscore_server/nll/layout.py drops any space touching a special token
+# and strips turns' edge whitespace, so no lone `Ġ` token sits next to a special token). Turns
+# t_1..t_n, knowledge K, target T; every text keeps the first-word convention of its family:
+#
+# * DialoGPT: `t_1 <eos> t_2 <eos> ... t_n <eos> | T <eos>`; each text starts with "word", no
+#   leading space, as DialoGPT's data preparation encoded each turn alone and joined the ids with
+#   <|endoftext|>. Empty history: `<eos> | T <eos>` (the bos, which is the eos).
+# * TopicalChat GPT-2: `K <eos> t_1 <eos> ... t_n <eos> | T <eos>`; the knowledge separator was
+#   " {eos}", which put a lone space before the <eos> (the delimiter is the project's choice; spec
+#   section 1).
+# * BART: encoder `<s> t_1 </s> t_2 </s> ... t_n </s>` (knowledge: `<s> K </s> t_1 ...`), decoder
+#   `</s> <s> | T </s>`; each text starts with "word", no leading space, as BART's pretraining
+#   (`<s>text</s>`) and RoBERTa-style pair encoding (each segment encoded alone) have it. The
+#   separator was " </s> ": a lone space before every </s> and "Ġword" after it.
+# * BlenderBot: encoder `t_1 Ġ t_2 Ġ ... t_n </s>`, decoder `<s> | T </s>`; turns joined by two spaces
+#   (ParlAI's and transformers' BlenderBot delimiter): with the tokenizer's add_prefix_space every
+#   text starts with "Ġword", and the delimiter's other space is one `Ġ` token between turns, never
+#   next to a special token.
+# (`|` marks where scoring starts; tokens after it are the scored target.)
 DIALOGPT_FORMAT = DialogueFormat(turn_separator="{eos}", separator_after_last=True)
 TOPICAL_GPT2_FORMAT = DialogueFormat(
-    turn_separator="{eos}", separator_after_last=True, knowledge_separator=" {eos}"
+    turn_separator="{eos}", separator_after_last=True, knowledge_separator="{eos}"
 )
 BLENDERBOT_FORMAT = DialogueFormat(turn_separator="  ", knowledge_separator="  ")
 BART_FORMAT = DialogueFormat(
-    turn_separator=" </s> ", knowledge_separator=" </s> ", target_bos=True, source_bos=True
+    turn_separator="{eos}", knowledge_separator="{eos}", target_bos=True, source_bos=True
 )
 NLI_FORMAT = DialogueFormat(turn_separator=" ", append_eos=False)
 

@@ -1,11 +1,13 @@
 """From an NLL item to the token ids the NLL engine scores: formatting, tokenization, truncation.
 
 :class:`NLLEncoder` implements the token layout of :mod:`dialscore_server.nll.engine`'s contract
-for one model: dialogue turns and knowledge are formatted with the model's
-:class:`~dialscore.model_card.DialogueFormat`; the target is tokenized on its own (no special
-tokens, no leading space added) and gets the eos token when the format says ``append_eos``;
-sources that do not fit the window are cut from the left (oldest history first, the pinned
-knowledge only when no history is left); targets are never cut.
+for one model: dialogue turns and knowledge are laid out with the model's
+:class:`~dialscore.model_card.DialogueFormat` (:class:`~dialscore_server.nll.layout.SourceLayout`:
+no lone space token next to a special token) and the source text is tokenized in one call; the
+target is tokenized on its own (no special tokens, no leading space added) and gets the eos token
+when the format says ``append_eos``. Sources that do not fit the window are shortened from the
+left as the format's ``truncation`` says: whole oldest turns (``turns``, the default) or oldest
+tokens (``tokens``); the pinned knowledge goes last; targets are never cut.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.errors import InputError
+from dialscore_server.nll.layout import SourceLayout
 
 
 class TargetTooLongError(InputError):
@@ -48,7 +51,8 @@ class EncodedItem:
     """An item after tokenization and truncation: what the forward pass consumes.
 
     `source_ids` is the full encoder input (seq2seq) or the conditioning prefix (causal);
-    `target_ids` are exactly the scored tokens.
+    `target_ids` are exactly the scored tokens. `truncated` is true when the source was shortened
+    to fit: oldest whole turns dropped and/or tokens cut from the left.
     """
 
     source_ids: tuple[int, ...]
@@ -79,6 +83,7 @@ class NLLEncoder:
         self.config = config
         self.tokenizer = tokenizer
         self.fmt = config.format
+        self.layout = SourceLayout(self.fmt, tokenizer)
         self.eos_id: int = tokenizer.eos_token_id
         self.bos_id: int = (tokenizer.bos_token_id if tokenizer.bos_token_id is not None
                             else tokenizer.eos_token_id)
@@ -91,26 +96,69 @@ class NLLEncoder:
             self.decoder_prefix = ()
 
     # ----------------------------------------------------------------------------- formatting
-    def _resolve(self, text: str) -> str:
-        return text.replace("{eos}", self.tokenizer.eos_token or "").replace(
-            "{bos}", self.tokenizer.bos_token or ""
-        )
-
     def format_parts(self, item: NLLItem) -> tuple[str, str]:
-        """The item's source as (pinned knowledge text, truncatable history text)."""
+        """The item's source as (pinned knowledge text, truncatable history text); see
+        :meth:`~dialscore_server.nll.layout.SourceLayout.parts`. A raw `source` is all history."""
         if item.source is not None:
             return "", item.source
-        history = self._resolve(self.fmt.join_turns(list(item.context or ())))
-        if not item.knowledge:
-            return "", history
-        sep = self._resolve(self.fmt.knowledge_separator)
-        if self.fmt.knowledge_position == "before_history":
-            return item.knowledge + sep, history
-        # After the history: the knowledge is the newest text, so it is kept and history cut.
-        return "", history + item.knowledge + sep
+        return self.layout.parts(item.context or (), item.knowledge)
 
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False).input_ids if text else []
+
+    def _source_ids(self, pinned_text: str, body_text: str) -> tuple[list[int], list[int]]:
+        """(pinned ids, body ids) whose concatenation is the tokenization of the whole source.
+
+        The source is tokenized in one call, so tokens at the pinned/body boundary are those of the
+        whole text (for a plain-text knowledge separator such as BlenderBot's two spaces, tokenizing
+        the parts apart would add a space token); the pinned part is the longest prefix that the
+        pinned text alone tokenizes to."""
+        whole = self._ids(pinned_text + body_text)
+        if not pinned_text:
+            return [], whole
+        alone = self._ids(pinned_text)
+        n = 0
+        while n < min(len(alone), len(whole)) and alone[n] == whole[n]:
+            n += 1
+        return whole[:n], whole[n:]
+
+    def _fit_source(self, item: NLLItem, room: int) -> tuple[list[int], bool]:
+        """The source's token ids in at most `room` tokens, and whether anything was removed.
+
+        ``turns`` truncation drops the fewest oldest turns that make the rest fit (the source of
+        the kept turns is tokenized afresh: exactly the source of an item sent without the dropped
+        turns); when even the newest turn does not fit, that source is cut by tokens. ``tokens``
+        truncation, and raw sources, cut by tokens (:func:`cut_left`)."""
+        pinned, body = self._source_ids(*self.format_parts(item))
+        if len(pinned) + len(body) <= max(room, 0):
+            return pinned + body, False
+        turns = item.context or ()
+        if item.source is not None or self.fmt.truncation == "tokens" or len(turns) < 2:
+            return cut_left(pinned, body, room)
+
+        memo: dict[int, tuple[list[int], list[int]]] = {}
+
+        def kept(k: int) -> tuple[list[int], list[int]]:  # the source without the k oldest turns
+            if k not in memo:
+                memo[k] = self._source_ids(*self.layout.parts(turns[k:], item.knowledge))
+            return memo[k]
+
+        def fits(k: int) -> bool:
+            return sum(map(len, kept(k))) <= room
+
+        # Token counts shrink as turns are dropped, so the fewest drops that fit is a bisection
+        # over k in 1..n-1 (k = 0 is known not to fit).
+        lo, hi = 1, len(turns) - 1
+        if not fits(hi):
+            return cut_left(*kept(hi), room)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        p, b = kept(lo)
+        return p + b, True
 
     # ----------------------------------------------------------------------------- encoding
     def encode(self, item: NLLItem) -> EncodedItem:
@@ -121,8 +169,6 @@ class NLLEncoder:
             target.append(self.eos_id)
         if not target:
             raise EmptyTargetError("target is empty: there is no token to score", "target")
-        pinned_text, body_text = self.format_parts(item)
-        pinned, body = self._ids(pinned_text), self._ids(body_text)
         limit = self.config.max_length
         if self.config.family == "causal":
             if len(target) > limit - 1:
@@ -130,8 +176,7 @@ class NLLEncoder:
                     f"target has {len(target)} tokens; model {self.config.name!r} fits at most "
                     f"{limit - 1} target tokens (window {limit}, one token of context); targets are "
                     "never truncated", "target")
-            room = limit - len(target)
-            src, truncated = cut_left(pinned, body, room)
+            src, truncated = self._fit_source(item, limit - len(target))
             if not src:
                 src = [self.bos_id]
             return EncodedItem(tuple(src), tuple(target), truncated)
@@ -142,7 +187,7 @@ class NLLEncoder:
                 f"{limit - len(self.decoder_prefix) + 1}; targets are never truncated", "target")
         head = [self.bos_id] if self.fmt.source_bos else []
         tail = [self.eos_id] if self.fmt.source_eos else []
-        content, truncated = cut_left(pinned, body, limit - len(head) - len(tail))
+        content, truncated = self._fit_source(item, limit - len(head) - len(tail))
         src = head + content + tail or [self.eos_id]
         return EncodedItem(tuple(src), tuple(target), truncated)
 

@@ -13,9 +13,10 @@ Contract (spec section 1). For a source S and a target T whose scored tokens are
 * **Encoder-decoder** (``seq2seq``): the source (with the format's bos/eos) is the encoder input; the
   decoder input is ``decoder_start_token_id`` [+ bos, unscored, when ``target_bos``] + target[:-1].
   Each distinct source of a batch is encoded once and reused for all of its targets.
-* **Truncation.** Sources that do not fit are cut from the left: oldest history tokens first, the
-  pinned knowledge sentence only when no history is left. Targets are never cut: a target that
-  alone does not fit raises :class:`TargetTooLongError`.
+* **Truncation.** Sources that do not fit are shortened from the left as the format's
+  ``truncation`` says (whole oldest turns by default, else oldest tokens; see
+  :mod:`~dialscore_server.nll.encoding`), the pinned knowledge sentence only when no history is
+  left. Targets are never cut: a target that alone does not fit raises :class:`TargetTooLongError`.
 * **Independence of batch composition.** Right padding, attention masks and position ids that
   restart at 0 for every row make an item's NLL the same alone or in any batch (float tolerance).
 * **Shared prefixes** (``prefix_reuse``, on by default). Within one :meth:`NLLEngine.score_encoded`

@@ -79,7 +79,11 @@ class NLLRequest(APIModel):
 class NLLResultOut(APIModel):
     nll: float = Field(description="Mean NLL over the target's tokens, in nats per token.")
     num_tokens: int = Field(description="Scored target tokens (the eos token included when appended).")
-    truncated: bool = Field(description="True when the source was cut from the left to fit.")
+    truncated: bool = Field(
+        description="True when the source was shortened from the left to fit the window: whole "
+        "oldest turns dropped (the model format's `truncation: turns`, the default) and/or oldest "
+        "tokens cut (`truncation: tokens`, raw `source` items, or a newest turn that alone does not "
+        "fit). The target is never cut.")
     token_nlls: list[float] | None = Field(None, description="NLL of each target token, in order.")
     tokens: list[str] | None = Field(None, description="Each target token decoded on its own.")
 
