@@ -9,7 +9,7 @@ the share of replica time spent on work nobody waited for.
 ``--endpoint contradiction`` (the default) measures the classifier replica as below.
 ``--endpoint nll`` measures a dialogue-model replica (stand-in DialoGPT, 2 threads): the small
 stream is /v1/nll requests of 8 candidates after one 6-turn context (a rerank's NLL term), the
-large request a probe-sized /v1/nll of 2,048 items (about 90,000 tokens) and ``--chunk-tokens``
+large request a probe-sized /v1/nll of 1,024 items (max_items; 4 targets per 5-turn context) and ``--chunk-tokens``
 its chunk size (16384 = max_batch_tokens: whole engine calls, roughly the behaviour before
 chunking).
 
@@ -48,10 +48,10 @@ MODEL = "roberta-large-mnli"
 NLL_MODEL = "dialogpt-medium"
 SMALL_NLL = {"model": NLL_MODEL, "items": [{"context": [t["text"] for t in CONTEXT], "target": c}
                                            for c in CANDIDATES]}
-LARGE_NLL = {"model": NLL_MODEL, "items": [
-    {"context": [f"do you like dogs number {d} ?", f"i have {d % 7} dogs and a cat ."],
+LARGE_NLL = {"model": NLL_MODEL, "items": [  # 1024 items (max_items), 4 per 5-turn context
+    {"context": [f"turn {t} : do you like dogs number {d} ?" for t in range(5)],
      "target": f"i never had a dog , i have {k} cats ."}
-    for d in range(512) for k in range(4)]}
+    for d in range(256) for k in range(4)]}
 LARGE = {"model": MODEL, "dialogues": [
     {"turns": [{"speaker": 1, "text": f"I have {j} dogs and {d} cats."} for j in range(129)]}
     for d in range(128)]}  # 128 x 128 = 16,384 pairs
@@ -160,7 +160,7 @@ def measure(url: str, args: argparse.Namespace) -> None:
     asyncio.run(warm())
     if nll:
         print(f"chunk_tokens={args.chunk_tokens}; small: /v1/nll 8 items after a 6-turn context, "
-              f"{args.rate:g}/s for {args.seconds:g} s; large: /v1/nll 2,048 items back to back")
+              f"{args.rate:g}/s for {args.seconds:g} s; large: /v1/nll 1,024 items back to back")
     else:
         print(f"chunk_pairs={args.chunk_pairs}; small: /v1/rerank 6-turn context x 8 candidates, "
               f"{args.rate:g}/s for {args.seconds:g} s; large: /v1/contradiction 16,384 pairs back "
