@@ -48,12 +48,15 @@ class EncodedItem:
     """An item after tokenization and truncation: what the forward pass consumes.
 
     `source_ids` is the full encoder input (seq2seq) or the conditioning prefix (causal);
-    `target_ids` are exactly the scored tokens.
+    `target_ids` are exactly the scored tokens. `top_k` > 0 asks for the `top_k` most probable
+    tokens (and so the greedy one) at every scored position besides the target's log-probability
+    (:class:`~dialscore_server.nll.projection.Alternatives`); /v1/nll items leave it 0.
     """
 
     source_ids: tuple[int, ...]
     target_ids: tuple[int, ...]
     truncated: bool
+    top_k: int = 0
 
     @property
     def cost(self) -> int:
@@ -111,6 +114,10 @@ class NLLEncoder:
 
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False).input_ids if text else []
+
+    def tokenize(self, text: str) -> list[int]:
+        """`text` as token ids, verbatim: no special tokens added, no formatting."""
+        return self._ids(text)
 
     # ----------------------------------------------------------------------------- encoding
     def encode(self, item: NLLItem) -> EncodedItem:
