@@ -18,6 +18,7 @@ from dialscore_server.batching import BatchStats
 from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
+from dialscore_server.nll.completions import Completed, build_choice
 from dialscore_server.nll.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine import NLLResult
 
@@ -31,6 +32,11 @@ class NLLScorer(Engine, Protocol):
     def score_encoded(self, encoded: Sequence[EncodedItem]) -> tuple[list[NLLResult], BatchStats]: ...
 
     def token_strings(self, ids: Sequence[int]) -> list[str]: ...
+
+    def encode_prompt(self, prompt: str | Sequence[int], append_next: bool, top_k: int
+                      ) -> EncodedItem: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
 
 
 @dataclass
@@ -115,3 +121,46 @@ class NLLServing:
         if return_tokens and reply.value is not None:
             reply.value.tokens = [self.engine.token_strings(r.token_ids) for r in reply.value.results]
         return reply
+
+    async def complete(self, prompts: Sequence[str | Sequence[int]], params: Sequence[str], *,
+                       echo: bool, generate: bool, logprobs: int | None,
+                       runner: Runner | None = None) -> Reply[Completed]:
+        """POST /v1/completions on this engine (:mod:`dialscore_server.nll.completions`): every
+        prompt becomes an item scored on the same path as /v1/nll items (admission, `runner`, so
+        the same batches, token budget and prefix reuse); `params` name each prompt in errors.
+        A one-token prompt with nothing generated has no position to score and skips the engine.
+        """
+        top_k = max(logprobs or 0, 1)  # the greedy token and echo's top_logprobs need >= 1
+
+        def admit() -> list[EncodedItem]:
+            out = []
+            for prompt, param in zip(prompts, params):
+                try:
+                    out.append(self.engine.encode_prompt(prompt, generate, top_k))
+                except InputError as exc:
+                    raise (exc if exc.param == "model" else exc.within(param)) from None
+            return out
+
+        started = time.perf_counter()
+        try:
+            encoded = await asyncio.to_thread(admit)
+        except InputError as exc:
+            return Reply(error=exc)
+        enqueued = time.perf_counter()
+        todo = [e for e in encoded if e.target_ids]
+        reply: Reply[Scored] = Reply(value=Scored([]))
+        if todo:
+            reply = await (runner or self.run_alone)(
+                Work(todo, min(sum(e.cost for e in todo), self.max_batch_tokens)))
+        if reply.value is None:
+            return Reply(error=reply.error)
+        results = iter(reply.value.results)
+        choices = [
+            build_choice(prompt, e, next(results) if e.target_ids else None, echo=echo,
+                         generate=generate, logprobs=logprobs, decoder=self.engine)
+            for prompt, e in zip(prompts, encoded)
+        ]
+        return Reply(value=Completed(choices, reply.value.results), batch=reply.batch,
+                     batch_requests=reply.batch_requests, compute_s=reply.compute_s,
+                     queue_s=max(0.0, time.perf_counter() - enqueued - reply.compute_s),
+                     tokenize_s=enqueued - started)
