@@ -99,7 +99,7 @@ def build_choice(prompt: str | Sequence[int], item: EncodedItem, result: NLLResu
                  ) -> CompletionChoice:
     """OpenAI's choice for one prompt from its item and engine result (None when the prompt had
     a single token and nothing was generated)."""
-    prompt_ids = list(item.source_ids) + list(item.target_ids[:len(item.target_ids) - generate])
+    prompt_ids = list(item.source_ids) + list(item.target_ids[:len(item.target_ids) - int(generate)])
     scored: list[tuple[int, float | None, dict[int, float] | None]] = []
     if echo:
         scored.append((prompt_ids[0], None, None))

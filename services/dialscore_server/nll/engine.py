@@ -32,6 +32,10 @@ Contract (spec section 1). For a source S and a target T whose scored tokens are
   positions and log-softmaxed in float32 whatever the model's dtype. For bf16/fp16 models the
   vocabulary projection itself also runs in float32 (upcast final hidden state, float32 copy of the
   output embedding), so logits are not rounded to 8 or 11 mantissa bits.
+* **Alternatives.** An item encoded with ``top_k > 0`` (POST /v1/completions' prompts, see
+  :mod:`~dialscore_server.nll.completions`) also gets, at every scored position, its ``top_k``
+  most probable tokens from the same float32 log-softmax chunk; items without keep the plain
+  projection, bit for bit.
 
 The engine is a plain Python object: it runs without Ray; the Serve deployment wraps it. Its
 parts: :mod:`~dialscore_server.nll.encoding` (items to token ids), :mod:`dialscore_server.batching`
