@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytestmark = [pytest.mark.serve, pytest.mark.slow]
+pytestmark = pytest.mark.serve
 
 MODEL = "dialogpt-medium"
 TOL = 1e-4
