@@ -197,3 +197,23 @@ def test_one_token_prompt_has_only_the_null_log_prob(served):
     r = _post(served, {"model": MODEL, "prompt": [5], "max_tokens": 1, "logprobs": 1})
     assert r.status_code == 200, r.text
     assert len(r.json()["choices"][0]["logprobs"]["tokens"]) == 1
+
+
+def test_auth_guards_completions_like_every_route():
+    """With a token set, the route is refused without it and reached with it (the in-process
+    gateway app; the request fails validation after auth, so no model is needed)."""
+    import asyncio
+
+    from fake_api import FakeAPI
+
+    app = FakeAPI(token="s3cret").app
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+
+    async def post(headers):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            return await c.post("/v1/completions", json=body, headers=headers)
+
+    denied = asyncio.run(post({}))
+    assert denied.status_code == 401 and denied.json()["error"]["type"] == "unauthorized"
+    allowed = asyncio.run(post({"Authorization": "Bearer s3cret"}))
+    assert allowed.status_code == 422 and allowed.json()["error"]["param"] == "max_tokens"
