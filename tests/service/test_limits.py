@@ -53,6 +53,10 @@ def cohere(query, documents, model="nope"):
     return {"model": model, "query": query, "documents": documents}
 
 
+def completion(prompt, model="nope"):
+    return {"model": model, "prompt": prompt, "echo": True, "max_tokens": 0}
+
+
 # (id, path, body over the limit, param named by the 413, the same body at the limit)
 CASES = [
     ("nll items", "/v1/nll", nll([item()] * (L.max_items + 1)), "items", nll([item()] * L.max_items)),
@@ -85,7 +89,15 @@ CASES = [
      tei("\n".join(["q"] * L.max_turns), ["c"])),
     ("tei query line chars", "/rerank", tei("hi\n" + T + "x", ["c"]), "query", tei("hi\n" + T, ["c"])),
     ("tei text chars", "/rerank", tei("q", [T + "x"]), "texts[0]", tei("q", [T])),
+    ("completions prompts", "/v1/completions", completion(["p"] * (L.max_items + 1)), "prompt",
+     completion(["p"] * L.max_items)),
+    ("completions prompt chars", "/v1/completions", completion(["p", T + "x"]), "prompt[1]",
+     completion(["p", T])),
+    ("completions prompt ids", "/v1/completions", completion([[5] * (L.max_item_tokens + 1)]),
+     "prompt[0]", completion([[5] * L.max_item_tokens])),
     # Cost: work the request makes, counted from speakers and bytes before anything is queued.
+    ("completions tokens", "/v1/completions", completion([[5] * L.max_item_tokens] * (TOKEN_ITEMS + 1)),
+     "prompt", completion([[5] * L.max_item_tokens] * TOKEN_ITEMS)),
     ("contradiction pairs", "/v1/contradiction",
      dialogues([{"turns": [TURN] * (PAIRS_SIDE + 1)}] * (PAIRS_SIDE + 1)), "dialogues",
      dialogues([{"turns": [TURN] * (PAIRS_SIDE + 1)}] * PAIRS_SIDE)),
@@ -183,6 +195,8 @@ def test_openapi_documents_every_limit_with_this_deployments_values(served):
                        "max_request_tokens", "max_item_tokens", "max_id_chars", "max_evidence"} | every,
         "/rerank": {"max_candidates", "max_turns", "max_text_chars", "max_request_pairs"} | every,
         "/v2/rerank": {"max_candidates", "max_turns", "max_text_chars", "max_request_pairs"} | every,
+        "/v1/completions": {"max_items", "max_text_chars", "max_request_tokens", "max_item_tokens"}
+        | every,
     }
     for path, names in want.items():
         op = spec["paths"][path]["post"]

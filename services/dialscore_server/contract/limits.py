@@ -20,7 +20,8 @@ class Limits(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     max_body_bytes: int = Field(8_000_000, ge=1, description="Largest request body, in bytes.")
-    max_items: int = Field(1024, ge=1, description="Most items in one POST /v1/nll.")
+    max_items: int = Field(1024, ge=1, description="Most items in one POST /v1/nll (prompts "
+                           "in one POST /v1/completions).")
     max_turns: int = Field(256, ge=1, description="Most turns in one context or dialogue.")
     max_text_chars: int = Field(20_000, ge=1, description="Longest single text (turn, target...).")
     max_dialogues: int = Field(1024, ge=1, description="Most dialogues in one POST /v1/contradiction.")
@@ -34,10 +35,12 @@ class Limits(BaseModel):
         262_144, ge=1, description="Most NLL token positions one /v1/nll request (or a rerank's "
         "`nll_model` scoring) may cost, each item counted as min(its UTF-8 bytes + one per turn, "
         "`max_item_tokens`): an upper bound of its tokens for byte-level tokenizers, known before "
-        "tokenizing.")
+        "tokenizing. A /v1/completions prompt counts the same way (a text) or as its token ids "
+        "(+ 1 for the generated token).")
     max_item_tokens: int = Field(
         1_024, ge=1, description="Token positions one NLL item is counted as at most (the model "
-        "window: sources are cut to fit it).")
+        "window: sources are cut to fit it); also the most token ids one /v1/completions prompt "
+        "may have.")
     max_id_chars: int = Field(
         256, ge=1, description="Longest turn id or speaker given as a string (they are echoed "
         "back in responses).")

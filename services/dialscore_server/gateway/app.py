@@ -1,6 +1,7 @@
 """The gateway's FastAPI app: the routes of every endpoint on one ingress (no Ray here).
 
-Routes (version 1): GET /v1/models, POST /v1/nll, POST /v1/contradiction, POST /v1/rerank,
+Routes (version 1): GET /v1/models, POST /v1/nll, POST /v1/completions (OpenAI/vLLM shape),
+POST /v1/contradiction, POST /v1/rerank,
 POST /rerank (TEI shape), POST /v2/rerank (Cohere v2 shape), GET /healthz, GET /readyz, GET /metrics; OpenAPI docs at /docs. Each endpoint's
 routes live in its own `api_router.py` and reach the models through the
 :class:`~dialscore_server.contract.backend.Backend` they are given. Every error leaves as
@@ -30,6 +31,7 @@ from dialscore_server.gateway.body_limit import BodySizeLimit
 from dialscore_server.gateway.model_listing import ModelList, model_list
 from dialscore_server.gateway.openapi import install_openapi
 from dialscore_server.nll.api_router import build_router as nll_router
+from dialscore_server.nll.completions_router import build_router as completions_router
 from dialscore_server.rerank.api_router import build_router as rerank_router
 from dialscore_server.rerank.cohere_router import build_router as cohere_rerank_router
 from dialscore_server.rerank.tei_router import build_router as tei_rerank_router
@@ -113,6 +115,7 @@ def create_app(gw: Ingress) -> FastAPI:
         return model_list(list(cards), started)
 
     app.include_router(nll_router(gw))
+    app.include_router(completions_router(gw))
     if gw.has_classifiers:
         app.include_router(contradiction_router(gw))
         app.include_router(rerank_router(gw))

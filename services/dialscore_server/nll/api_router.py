@@ -14,6 +14,7 @@ from dialscore_server.contract.timing_headers import set_reply_timing
 from dialscore_server.contract.errors import error_responses
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contract.strict_json import StrictJSONRoute
+from dialscore_server.nll.completions import Completed
 from dialscore_server.nll.serving import Scored
 from dialscore_server.nll.protocol import NLLRequest, NLLResponse, NLLResultOut, Usage
 
@@ -58,8 +59,9 @@ def build_router(gw: Backend) -> APIRouter:
     return router
 
 
-def record_batch(model: str, reply: Reply[Scored]) -> None:
-    """Count items and tokens; observe batch figures once per engine call."""
+def record_batch(model: str, reply: "Reply[Scored] | Reply[Completed]") -> None:
+    """Count items and tokens; observe batch figures once per engine call (a completions reply
+    counts its prompts' scored items)."""
     results = reply.unwrap().results
     metrics.ITEMS.labels(model).inc(len(results))
     metrics.TOKENS.labels(model, "source").inc(sum(r.source_tokens for r in results))

@@ -19,6 +19,7 @@ from dialscore.model_card import ModelCard
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contract.reply import Reply
+from dialscore_server.nll.completions import Completed
 from dialscore_server.nll.encoding import NLLItem
 from dialscore_server.nll.engine import NLLEngine
 from dialscore_server.nll.serving import NLLScorer, NLLServing, Scored, Work
@@ -33,7 +34,7 @@ def _batch_tokens(works: list[Work]) -> int:
 
 @serve.deployment(name="nll", max_ongoing_requests=64, ray_actor_options={"num_cpus": 0.5})
 class NLLDeployment:
-    """Hosts one dialogue model. Methods: `score`, `card`, `check_health`."""
+    """Hosts one dialogue model. Methods: `score`, `complete`, `card`, `check_health`."""
 
     def __init__(self, config: ModelConfig | dict[str, Any],
                  options: ServingOptions | dict[str, Any] | None = None,
@@ -60,6 +61,12 @@ class NLLDeployment:
 
     async def score(self, items: list[NLLItem], return_tokens: bool = False) -> Reply[Scored]:
         return await self.serving.score(items, return_tokens, runner=self._batched)
+
+    async def complete(self, prompts: list[str | list[int]], params: list[str], echo: bool,
+                       generate: bool, logprobs: int | None) -> Reply[Completed]:
+        """POST /v1/completions' prompts, merged into the same engine calls as `score`'s items."""
+        return await self.serving.complete(prompts, params, echo=echo, generate=generate,
+                                           logprobs=logprobs, runner=self._batched)
 
     @serve.batch(max_batch_size=8192, batch_wait_timeout_s=0.005, batch_size_fn=_batch_tokens)
     async def _batched(self, works: list[Work]) -> list[Reply[Scored]]:

@@ -52,12 +52,16 @@ class EncodedItem:
 
     `source_ids` is the full encoder input (seq2seq) or the conditioning prefix (causal);
     `target_ids` are exactly the scored tokens. `truncated` is true when the source was shortened
-    to fit: oldest whole turns dropped and/or tokens cut from the left.
+    to fit: oldest whole turns dropped and/or tokens cut from the left. `top_k` > 0 asks for the
+    `top_k` most probable tokens (and so the greedy one) at every scored position besides the
+    target's log-probability (:class:`~dialscore_server.nll.projection.Alternatives`); /v1/nll
+    items leave it 0.
     """
 
     source_ids: tuple[int, ...]
     target_ids: tuple[int, ...]
     truncated: bool
+    top_k: int = 0
 
     @property
     def cost(self) -> int:
@@ -159,6 +163,10 @@ class NLLEncoder:
                 lo = mid + 1
         p, b = kept(lo)
         return p + b, True
+
+    def tokenize(self, text: str) -> list[int]:
+        """`text` as token ids, verbatim: no special tokens added, no formatting."""
+        return self._ids(text)
 
     # ----------------------------------------------------------------------------- encoding
     def encode(self, item: NLLItem) -> EncodedItem:

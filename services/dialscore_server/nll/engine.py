@@ -33,6 +33,10 @@ Contract (spec section 1). For a source S and a target T whose scored tokens are
   positions and log-softmaxed in float32 whatever the model's dtype. For bf16/fp16 models the
   vocabulary projection itself also runs in float32 (upcast final hidden state, float32 copy of the
   output embedding), so logits are not rounded to 8 or 11 mantissa bits.
+* **Alternatives.** An item encoded with ``top_k > 0`` (POST /v1/completions' prompts, see
+  :mod:`~dialscore_server.nll.completions`) also gets, at every scored position, its ``top_k``
+  most probable tokens from the same float32 log-softmax chunk; items without keep the plain
+  projection, bit for bit.
 
 The engine is a plain Python object: it runs without Ray; the Serve deployment wraps it. Its
 parts: :mod:`~dialscore_server.nll.encoding` (items to token ids), :mod:`dialscore_server.batching`
@@ -56,7 +60,9 @@ from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_th
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.nll.encoding import EncodedItem, NLLEncoder, NLLItem
 from dialscore_server.nll.forward import ForwardPasses
-from dialscore_server.nll.projection import VocabularyProjection, default_projection_chunk
+from dialscore_server.nll.projection import (
+    Alternatives, ScoredPosition, VocabularyProjection, default_projection_chunk,
+)
 
 if TYPE_CHECKING:
     from dialscore_server.contract.options import ServingOptions
@@ -78,7 +84,9 @@ def default_token_budget(device: str, width: int) -> int:
 
 @dataclass(frozen=True)
 class NLLResult:
-    """Per-item result. `nll` is the mean over `num_tokens` target tokens of `token_nlls` (nats)."""
+    """Per-item result. `nll` is the mean over `num_tokens` target tokens of `token_nlls` (nats).
+    `alternatives`: for an item encoded with ``top_k > 0``, each scored position's most probable
+    tokens, in target order (None otherwise)."""
 
     nll: float
     token_nlls: list[float]
@@ -86,6 +94,7 @@ class NLLResult:
     num_tokens: int
     source_tokens: int
     truncated: bool
+    alternatives: list[Alternatives] | None = None
 
 
 class NLLEngine:
@@ -224,11 +233,17 @@ class NLLEngine:
         def finish(batch: Sequence[int], logprobs: Sequence[list[float]]) -> None:
             for i, lp in zip(batch, logprobs):
                 row = encoded[i]
+                alternatives = None
+                if lp and isinstance(lp[0], ScoredPosition):
+                    if row.top_k:
+                        alternatives = [p.alternatives for p in lp]
+                    lp = [p.logprob for p in lp]
                 token_nlls = [-x for x in lp]
                 results[i] = NLLResult(
                     nll=math.fsum(token_nlls) / len(token_nlls), token_nlls=token_nlls,
                     token_ids=list(row.target_ids), num_tokens=len(token_nlls),
                     source_tokens=len(row.source_ids), truncated=row.truncated,
+                    alternatives=alternatives,
                 )
             stats.batches += 1
             stats.batch_sizes.append(len(batch))
@@ -251,6 +266,20 @@ class NLLEngine:
                     logprobs = self.passes.seq2seq(rows, stats, encode_once=self.prefix_reuse)
                 finish([alone[k] for k in batch], logprobs)
         return [r for r in results if r is not None], stats
+
+    def encode_prompt(self, prompt: str | Sequence[int], append_next: bool, top_k: int
+                      ) -> EncodedItem:
+        """A completions prompt as an item (see :mod:`dialscore_server.nll.completions`)."""
+        from dialscore_server.nll.completions import encode_prompt
+
+        ids = self.encoder.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        return encode_prompt(ids, family=self.config.family, window=self.config.max_length,
+                             vocab=self.model.get_input_embeddings().weight.shape[0],
+                             placeholder=self.encoder.eos_id, append_next=append_next, top_k=top_k)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of token ids, decoded together."""
+        return self.tokenizer.decode(list(ids))
 
     def token_strings(self, ids: Sequence[int]) -> list[str]:
         """Each token id decoded on its own (a token holding part of a multi-byte character

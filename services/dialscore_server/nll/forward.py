@@ -16,8 +16,9 @@ from dialscore_server.batching import KV_BUDGET_FACTOR, BatchStats, SharedPrefix
 from dialscore_server.nll.encoding import EncodedItem
 from dialscore_server.nll.prefix_cache import expanded_prefix_cache
 
-#: log P(targets[k] | hidden[k]) for each selected position k (a VocabularyProjection).
-Projection = Callable[[Any, Any], list[float]]
+#: log P(targets[k] | hidden[k]) for each selected position k (a VocabularyProjection); with a
+#: third argument (top-k counts per position), ScoredPosition records instead of floats.
+Projection = Callable[..., list[Any]]
 
 
 class ForwardPasses:
@@ -33,7 +34,10 @@ class ForwardPasses:
             model's position table.
         project: the vocabulary projection.
 
-    Each method returns, per item in the order given, the log-probabilities of its target tokens.
+    Each method returns, per item in the order given, the log-probabilities of its target tokens:
+    floats, or, when any item of the pass asks for alternatives (``EncodedItem.top_k > 0``),
+    :class:`~dialscore_server.nll.projection.ScoredPosition` records for every item of that
+    method call (k = 0 items get records without alternatives).
     """
 
     def __init__(self, model: Any, device: str, *, pad_id: int, decoder_prefix: tuple[int, ...],
@@ -54,7 +58,7 @@ class ForwardPasses:
         device = self.device
         width = max(r.cost for r in rows)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        gather_rows, gather_cols, targets = [], [], []
+        gather_rows, gather_cols, targets, ks = [], [], [], []
         for b, r in enumerate(rows):
             seq = r.source_ids + r.target_ids
             ids[b, : len(seq)] = torch.tensor(seq)
@@ -62,6 +66,7 @@ class ForwardPasses:
             gather_rows += [b] * len(r.target_ids)
             gather_cols += range(s - 1, s - 1 + len(r.target_ids))
             targets += r.target_ids
+            ks += [r.top_k] * len(r.target_ids)
         stats.real_tokens += sum(r.cost for r in rows)
         stats.padded_tokens += ids.numel()
         stats.forward_passes += 1
@@ -72,8 +77,13 @@ class ForwardPasses:
             input_ids=ids.to(device), attention_mask=None, use_cache=False
         ).last_hidden_state
         sel = hidden[torch.tensor(gather_rows, device=device), torch.tensor(gather_cols, device=device)]
-        flat = self.project(sel, torch.tensor(targets, device=device))
+        flat = self._project(sel, torch.tensor(targets, device=device), ks, any(r.top_k for r in rows))
         return _split(flat, [len(r.target_ids) for r in rows])
+
+    def _project(self, hidden, targets, ks: list[int], alternatives: bool) -> list[Any]:
+        """The projection, with per-position top-k counts only when the pass asks for any (the
+        plain path otherwise, so items without alternatives keep their exact numbers)."""
+        return self.project(hidden, targets, ks) if alternatives else self.project(hidden, targets)
 
     def seq2seq(self, rows: Sequence[EncodedItem], stats: BatchStats, encode_once: bool
                 ) -> list[list[float]]:
@@ -103,7 +113,7 @@ class ForwardPasses:
         dec_width = max(len(r.target_ids) for r in rows) + n_prefix - 1
         dec_ids = torch.full((len(rows), dec_width), self.pad_id, dtype=torch.long)
         dec_mask = torch.zeros((len(rows), dec_width), dtype=torch.long)
-        gather_rows, gather_cols, targets = [], [], []
+        gather_rows, gather_cols, targets, ks = [], [], [], []
         for b, r in enumerate(rows):
             seq = (self.decoder_prefix + r.target_ids)[:-1]
             dec_ids[b, : len(seq)] = torch.tensor(seq)
@@ -111,6 +121,7 @@ class ForwardPasses:
             gather_rows += [b] * len(r.target_ids)
             gather_cols += range(n_prefix - 1, n_prefix - 1 + len(r.target_ids))
             targets += r.target_ids
+            ks += [r.top_k] * len(r.target_ids)
         stats.real_tokens += sum(len(s) for s in enc_rows) + int(dec_mask.sum())
         stats.padded_tokens += enc_ids.numel() + dec_ids.numel()
         stats.forward_passes += 1
@@ -124,7 +135,7 @@ class ForwardPasses:
             encoder_attention_mask=enc_mask.to(device).index_select(0, index), use_cache=False,
         ).last_hidden_state
         sel = hidden[torch.tensor(gather_rows, device=device), torch.tensor(gather_cols, device=device)]
-        flat = self.project(sel, torch.tensor(targets, device=device))
+        flat = self._project(sel, torch.tensor(targets, device=device), ks, any(r.top_k for r in rows))
         return _split(flat, [len(r.target_ids) for r in rows])
 
     def shared(self, encoded: Sequence[EncodedItem], unit: Sequence[SharedPrefixGroup],
@@ -165,8 +176,9 @@ class ForwardPasses:
 
         # Targets predicted from inside the prefix; the rest continue below.
         order = [i for g in unit for i in g.items]
+        want = any(encoded[i].top_k for i in order)
         n_pre: dict[int, int] = {}
-        rows, cols, targets = [], [], []
+        rows, cols, targets, ks = [], [], [], []
         conts: list[tuple[int, int, int]] = []  # (item, group row, prefix length)
         for k, g in enumerate(unit):
             for i in g.items:
@@ -177,13 +189,14 @@ class ForwardPasses:
                 rows += [k] * n
                 cols += range(s - 1, s - 1 + n)
                 targets += e.target_ids[:n]
+                ks += [e.top_k] * n
                 conts.append((i, k, g.length))
         pre = {}
         if targets:
             hidden = out.last_hidden_state
-            flat = self.project(
+            flat = self._project(
                 hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)],
-                torch.tensor(targets, device=device))
+                torch.tensor(targets, device=device), ks, want)
             pre = dict(zip(order, _split(flat, [n_pre[i] for i in order])))
         kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
         del out
@@ -196,7 +209,7 @@ class ForwardPasses:
             c_ids = torch.full((len(chunk), c_width), self.pad_id, dtype=torch.long)
             c_mask = torch.zeros((len(chunk), c_width), dtype=torch.long)
             c_pos = torch.arange(c_width).repeat(len(chunk), 1)
-            rows, cols, targets, sizes = [], [], [], []
+            rows, cols, targets, sizes, ks = [], [], [], [], []
             for b, (i, k, p) in enumerate(chunk):
                 tail = seqs[i][p:]
                 c_ids[b, : len(tail)] = torch.tensor(tail)
@@ -209,6 +222,7 @@ class ForwardPasses:
                 rows += [b] * n
                 cols += range(first - p, first - p + n)
                 targets += e.target_ids[n_pre[i]:]
+                ks += [e.top_k] * n
                 sizes.append(n)
             c_pos.clamp_(max=self.max_positions - 1)  # padding slots only; real positions fit
             stats.real_tokens += int(c_mask.sum())
@@ -221,9 +235,9 @@ class ForwardPasses:
                 past_key_values=expanded_prefix_cache(kv, group_rows), use_cache=True,
             ).last_hidden_state
             if targets:
-                flat = self.project(
+                flat = self._project(
                     hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)],
-                    torch.tensor(targets, device=device))
+                    torch.tensor(targets, device=device), ks, want)
             else:
                 flat = []
             post.update(zip((i for i, _, _ in chunk), _split(flat, sizes)))

@@ -26,6 +26,7 @@ from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
 from dialscore_server.fair_chunks import WorkLedger, run_in_turn
+from dialscore_server.nll.completions import Completed, build_choice
 from dialscore_server.nll.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine import NLLResult
 
@@ -39,6 +40,11 @@ class NLLScorer(Engine, Protocol):
     def score_encoded(self, encoded: Sequence[EncodedItem]) -> tuple[list[NLLResult], BatchStats]: ...
 
     def token_strings(self, ids: Sequence[int]) -> list[str]: ...
+
+    def encode_prompt(self, prompt: str | Sequence[int], append_next: bool, top_k: int
+                      ) -> EncodedItem: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
 
 
 @dataclass
@@ -130,6 +136,10 @@ class NLLServing:
                 encoded.append(self.engine.encode(item))
             except InputError as exc:
                 raise exc.within(f"items[{i}]") from None
+        return self._chunks(encoded)
+
+    def _chunks(self, encoded: Sequence[EncodedItem]) -> list[Work]:
+        """`encoded` as the chunks of one request (see :func:`chunk_items`)."""
         return [Work(run, max(1, min(sum(e.cost for e in run), self.max_batch_tokens)))
                 for run in chunk_items(encoded, self.chunk_tokens)]
 
@@ -174,3 +184,44 @@ class NLLServing:
             value.tokens = [self.engine.token_strings(r.token_ids) for r in value.results]
         return Reply(value=value, batches=got.batches, batch_requests=got.batch_requests,
                      compute_s=got.compute_s, queue_s=got.queue_s, tokenize_s=enqueued - started)
+
+    async def complete(self, prompts: Sequence[str | Sequence[int]], params: Sequence[str], *,
+                       echo: bool, generate: bool, logprobs: int | None,
+                       runner: Runner | None = None) -> Reply[Completed]:
+        """POST /v1/completions on this engine (:mod:`dialscore_server.nll.completions`): every
+        prompt becomes an item scored on the same path as /v1/nll items (admission, `runner`, so
+        the same batches, token budget and prefix reuse); `params` name each prompt in errors.
+        A one-token prompt with nothing generated has no position to score and skips the engine.
+        """
+        top_k = max(logprobs or 0, 1)  # the greedy token and echo's top_logprobs need >= 1
+
+        def admit() -> list[EncodedItem]:
+            out = []
+            for prompt, param in zip(prompts, params):
+                try:
+                    out.append(self.engine.encode_prompt(prompt, generate, top_k))
+                except InputError as exc:
+                    raise (exc if exc.param == "model" else exc.within(param)) from None
+            return out
+
+        started = time.perf_counter()
+        try:
+            encoded = await asyncio.to_thread(admit)
+        except InputError as exc:
+            return Reply(error=exc)
+        enqueued = time.perf_counter()
+        todo = [e for e in encoded if e.target_ids]
+        got = await run_in_turn(self._chunks(todo) if todo else [], runner or self.run_alone,
+                                self.ledger)
+        if got.error is not None:
+            return Reply(error=got.error.error)
+        scored = [r for part in got.values for r in part.results]
+        results = iter(scored)
+        choices = [
+            build_choice(prompt, e, next(results) if e.target_ids else None, echo=echo,
+                         generate=generate, logprobs=logprobs, decoder=self.engine)
+            for prompt, e in zip(prompts, encoded)
+        ]
+        return Reply(value=Completed(choices, scored), batches=got.batches,
+                     batch_requests=got.batch_requests, compute_s=got.compute_s,
+                     queue_s=got.queue_s, tokenize_s=enqueued - started)

@@ -1,0 +1,51 @@
+"""HTTP wiring of POST /v1/completions (schemas: `completions_protocol`; the work:
+`completions` on the NLL deployment, the same batched engine as POST /v1/nll).
+
+No `from __future__ import annotations` here: FastAPI reads these annotations at runtime.
+"""
+
+from fastapi import APIRouter, Response
+
+from dialscore_server.contract.backend import Backend
+from dialscore_server.contract.errors import InputError, error_responses
+from dialscore_server.contract.reply import Reply
+from dialscore_server.contract.strict_json import StrictJSONRoute
+from dialscore_server.contract.timing_headers import set_reply_timing
+from dialscore_server.nll.api_router import record_batch
+from dialscore_server.nll.completions import Completed
+from dialscore_server.nll.completions_protocol import (
+    MAX_LOGPROBS, CompletionRequest, CompletionResponse,
+)
+
+
+def build_router(gw: Backend) -> APIRouter:
+    """The route, bound to the backend `gw`."""
+    router = APIRouter(route_class=StrictJSONRoute)
+
+    @router.post("/v1/completions", response_model=CompletionResponse,
+                 openapi_extra={"x-cost-limits": ["max_request_tokens", "max_item_tokens"]},
+                 summary="Prompt log-probs in OpenAI's/vLLM's completions shape (decoder-only models).",
+                 description="`echo`, `logprobs` (at most "
+                 f"{MAX_LOGPROBS}), `max_tokens` 0 (prompt only) or 1 (plus the greedy next "
+                 "token); no text generation, streaming or sampling. Log-probs are natural logs "
+                 "from the NLL engine's float32 log-softmax; the first prompt token's is null. "
+                 "Unknown fields are ignored, as vLLM ignores them.",
+                 responses=error_responses("invalid_request", "unknown_model", "payload_too_large",
+                                           "overloaded", "timeout", "model_error"))
+    async def completions(body: CompletionRequest, response: Response) -> CompletionResponse:
+        body.check()
+        body.check_limits(gw.limits)
+        gw.resolve(body.model, "nll", "model")
+        card = await gw.card(body.model)
+        if card.family != "causal":
+            raise InputError(f"model {body.model!r} is {card.family} (encoder-decoder); "
+                             "completions need a decoder-only (causal) model", "model")
+        reply: Reply[Completed] = await gw.call(
+            body.model, "complete", body.prompts, body.prompt_params, body.echo, body.generate,
+            body.logprobs)
+        done = reply.unwrap()
+        record_batch(body.model, reply)
+        set_reply_timing(response, reply, tokenized=True)
+        return CompletionResponse.build(body.model, done.choices)
+
+    return router
