@@ -12,7 +12,8 @@ import pytest
 from dialscore.model_card import ModelCard
 from dialscore_server.contradiction.engine import ContradictionDetector
 from dialscore_server.contradiction.pairing import DetectionJob, Turn
-from dialscore_server.contradiction.serving import ContradictionServing, Work, chunk_job
+from dialscore_server.contradiction.serving import ContradictionServing, chunk_job
+from merging_runner import MergingRunner, cancel_while_first_chunk_runs
 
 
 def dialogue(pairs: int) -> list[Turn]:
@@ -70,17 +71,7 @@ def test_a_cancelled_request_drops_its_remaining_chunks():
     serving = ContradictionServing(engine, max_batch_pairs=4096, chunk_pairs=10)
     job = DetectionJob([dialogue(10) for _ in range(6)])
 
-    async def go():
-        task = asyncio.create_task(serving.detect(job))
-        while not engine.calls:
-            await asyncio.sleep(0.01)
-        task.cancel()  # the first chunk is running in its thread
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        engine.release.set()
-        await asyncio.sleep(0.2)  # let the running chunk finish
-
-    asyncio.run(go())
+    asyncio.run(cancel_while_first_chunk_runs(serving.detect(job), engine.calls, engine.release))
     stats = serving.ledger.stats.snapshot()
     assert engine.calls == [10]
     assert stats["wasted"] == 10 and stats["dropped"] == 50
@@ -91,30 +82,12 @@ def test_a_cancelled_request_drops_its_remaining_chunks():
 def test_a_batching_runner_interleaves_chunks_of_concurrent_requests():
     """With a runner that merges what is waiting (as @serve.batch does), a small request sent
     after a large one is in the second engine call, not after all of the large one's."""
-    engine = SlowDetector()
-    serving = ContradictionServing(engine, max_batch_pairs=4096, chunk_pairs=10)
-    order: list[list[int]] = []
+    serving = ContradictionServing(SlowDetector(), max_batch_pairs=4096, chunk_pairs=10)
+    runner = MergingRunner(serving.run)
 
     async def go():
-        queue: list[tuple[Work, asyncio.Future]] = []
-
-        async def runner(work: Work):
-            fut = asyncio.get_running_loop().create_future()
-            queue.append((work, fut))
-            return await fut
-
-        async def batcher():
-            for _ in range(50):
-                await asyncio.sleep(0.01)
-                if queue:
-                    batch = queue[:]
-                    queue.clear()
-                    order.append([w.pairs for w, _ in batch])
-                    for (w, fut), reply in zip(batch, serving.run([w for w, _ in batch])):
-                        fut.set_result(reply)
-
         large = asyncio.create_task(serving.detect(DetectionJob([dialogue(10)] * 8), runner))
-        b = asyncio.create_task(batcher())
+        b = asyncio.create_task(runner.serve())
         await asyncio.sleep(0.015)
         small = await serving.detect(DetectionJob([dialogue(1)]), runner)
         assert small.value is not None and not large.done()
@@ -122,6 +95,7 @@ def test_a_batching_runner_interleaves_chunks_of_concurrent_requests():
         b.cancel()
 
     asyncio.run(go())
+    order = runner.order
     # the small request's single pair rides in an early engine call beside one large chunk
     first_with_small = next(i for i, b in enumerate(order) if 1 in b)
     assert first_with_small <= 2 and len(order) >= 8

@@ -16,8 +16,9 @@ from dialscore_server.checkpoints.loading import load_model
 from dialscore_server.checkpoints.standins import reinit_
 from dialscore_server.nll.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine import NLLEngine
-from dialscore_server.nll.serving import NLLServing, Work, chunk_items
+from dialscore_server.nll.serving import NLLServing, chunk_items
 from fake_api import FakeNLLEngine
+from merging_runner import MergingRunner, cancel_while_first_chunk_runs
 
 
 def item(source: int, cost: int) -> EncodedItem:
@@ -103,17 +104,7 @@ def test_a_cancelled_request_drops_its_remaining_chunks():
     serving = NLLServing(engine, max_batch_tokens=8192, chunk_tokens=20)
     items = [NLLItem(target=words(8), context=(f"c{i}",)) for i in range(10)]  # 10 tokens each
 
-    async def go():
-        task = asyncio.create_task(serving.score(items))
-        while not engine.calls:
-            await asyncio.sleep(0.01)
-        task.cancel()  # the first chunk is running in its thread
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        engine.release.set()
-        await asyncio.sleep(0.2)  # let the running chunk finish
-
-    asyncio.run(go())
+    asyncio.run(cancel_while_first_chunk_runs(serving.score(items), engine.calls, engine.release))
     stats = serving.ledger.stats.snapshot()
     assert engine.calls == [2]
     assert stats["wasted"] == 20 and stats["dropped"] == 80
@@ -124,31 +115,13 @@ def test_a_cancelled_request_drops_its_remaining_chunks():
 def test_a_batching_runner_interleaves_chunks_of_concurrent_requests():
     """With a runner that merges what is waiting (as @serve.batch does), a small request sent
     after a large one rides in an early engine call, not after all of the large one's."""
-    engine = FakeNLLEngine(CARD)
-    serving = NLLServing(engine, max_batch_tokens=8192, chunk_tokens=20)
-    order: list[list[int]] = []
+    serving = NLLServing(FakeNLLEngine(CARD), max_batch_tokens=8192, chunk_tokens=20)
+    runner = MergingRunner(serving.run)
 
     async def go():
-        queue: list[tuple[Work, asyncio.Future]] = []
-
-        async def runner(work: Work):
-            fut = asyncio.get_running_loop().create_future()
-            queue.append((work, fut))
-            return await fut
-
-        async def batcher():
-            for _ in range(50):
-                await asyncio.sleep(0.01)
-                if queue:
-                    batch = queue[:]
-                    queue.clear()
-                    order.append([w.tokens for w, _ in batch])
-                    for (w, fut), reply in zip(batch, serving.run([w for w, _ in batch])):
-                        fut.set_result(reply)
-
         large_items = [NLLItem(target=words(8), context=(f"c{i}",)) for i in range(16)]
         large = asyncio.create_task(serving.score(large_items, runner=runner))
-        b = asyncio.create_task(batcher())
+        b = asyncio.create_task(runner.serve())
         await asyncio.sleep(0.015)
         small = await serving.score([NLLItem(target="a b", context=("x",))], runner=runner)
         assert small.value is not None and not large.done()
@@ -159,6 +132,7 @@ def test_a_batching_runner_interleaves_chunks_of_concurrent_requests():
     large = asyncio.run(go())
     assert len(large.unwrap().results) == 16
     assert sum(requests for _, requests in large.batches) >= 8  # every call's stats came back
+    order = runner.order
     first_with_small = next(i for i, b in enumerate(order) if 4 in b)  # "x" + "a b" + eos
     assert first_with_small <= 2 and len(order) >= 8
     assert all(b.count(20) <= 1 for b in order)  # one chunk per request per call
