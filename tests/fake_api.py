@@ -123,7 +123,7 @@ class FakeNLLEngine:
         if len(target) == 1:
             raise InputError("target is empty: there is no token to score", "target")
         source = _word_ids(" ".join(item.context or ()) + " " + (item.knowledge or item.source or ""))
-        return FakeEncoded(source or (0,), target, False, item_json(item))
+        return FakeEncoded(source or (0,), target, False, item=item_json(item))
 
     def score_encoded(self, encoded: Sequence[FakeEncoded]) -> tuple[list[NLLResult], BatchStats]:
         results = []
