@@ -237,7 +237,8 @@ def http_scores(source: Path, config, groups_json, args, in_process
                     # The replica's engine fuses GELU like (c)/(d) (the serving default).
                     "serving": {"num_cpus": 1, "num_threads": args.threads, "max_ongoing_requests": 64,
                                 "max_batch_tokens": 16384, "token_budget": args.token_budget,
-                                "prefix_reuse": True}}],
+                                "prefix_reuse": True,
+                                **({"chunk_tokens": args.chunk_tokens} if args.chunk_tokens else {})}}],
     })
     with serve_locally(app_args, num_cpus=4, name="bench-probe") as url:
         httpx.post(f"{url}/v1/nll", json={"model": "dialogpt-medium", "items": requests[0][:7]},
@@ -280,6 +281,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-ct2", action="store_true", help="skip (g) and (h)")
     p.add_argument("--groups-per-request", type=int, default=4, help="(e): explanation groups per request")
     p.add_argument("--clients", type=int, default=4, help="(e): concurrent HTTP clients")
+    p.add_argument("--chunk-tokens", type=int, default=None,
+                   help="(e): the replica's chunk_tokens (default: the service's)")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = p.parse_args(argv)
     repeat = args.repeat or (3 if args.model == "small" else 2)
