@@ -32,7 +32,6 @@ returning a :class:`~dialscore.probes.report.Report` whose files are written int
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 import math
 from collections import Counter
@@ -48,7 +47,7 @@ from dialscore.probes.corruptions import CORRUPTIONS, CorruptedPair, CorruptionS
 from dialscore.probes.data import Dialogue, load_dialogues
 from dialscore.probes.report import Report, ScoredPair, summarize, write_outputs
 from dialscore.reporting.envelope import Echo, RunEnvelope
-from dialscore.reporting.jsonl_store import append_rows
+from dialscore.reporting.jsonl_store import append_rows, content_key
 from dialscore.reporting.progress import Bar, NoBar, progress_bar
 from dialscore.reporting.run_lock import RunLock
 from dialscore.types import NLLResult
@@ -97,9 +96,7 @@ def model_fingerprint(info: ModelCard) -> dict[str, Any]:
 
 def item_id(fingerprint: dict[str, Any], setting: str, context: Sequence[str],
             knowledge: str | None, target: str) -> str:
-    blob = json.dumps([fingerprint, setting, list(context), knowledge, target],
-                      ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+    return content_key([fingerprint, setting, list(context), knowledge, target])[:32]
 
 
 @dataclass

@@ -3,6 +3,7 @@ durable append, and the reader of rows keyed by ``"key"`` under a run's ``"setti
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -10,7 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KeyedRows", "append_rows", "read_keyed_rows"]
+__all__ = ["KeyedRows", "append_rows", "content_key", "read_keyed_rows"]
+
+
+def content_key(value: Any) -> str:
+    """The sha256 (hex) of `value` as canonical JSON (keys sorted, no spaces, UTF-8): equal
+    content, equal key, whatever the dict order."""
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def append_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -78,7 +78,8 @@ class Work:
 
 def chunk_items(encoded: Sequence[EncodedItem], chunk_tokens: int) -> list[list[EncodedItem]]:
     """Cut `encoded` into runs of consecutive items of at most `chunk_tokens` tokens (an item
-    larger than that is a run of its own); every item is in exactly one run, in order. Within the
+    larger than that is a run of its own; no items, no runs); every item is in exactly one run, in
+    order. Within the
     last quarter of a run's budget the cut moves back to the last change of source, so that a
     context's items stay together unless their group alone is large."""
     runs: list[list[EncodedItem]] = []
@@ -99,7 +100,7 @@ def chunk_items(encoded: Sequence[EncodedItem], chunk_tokens: int) -> list[list[
             size = sum(e.cost for e in run)
         run.append(item)
         size += item.cost
-    if run or not runs:
+    if run:
         runs.append(run)
     return runs
 
@@ -211,8 +212,7 @@ class NLLServing:
             return Reply(error=exc)
         enqueued = time.perf_counter()
         todo = [e for e in encoded if e.target_ids]
-        got = await run_in_turn(self._chunks(todo) if todo else [], runner or self.run_alone,
-                                self.ledger)
+        got = await run_in_turn(self._chunks(todo), runner or self.run_alone, self.ledger)
         if got.error is not None:
             return Reply(error=got.error.error)
         scored = [r for part in got.values for r in part.results]

@@ -17,8 +17,6 @@ soon as it is answered. The caller holds the output folder's lock for the run.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +27,7 @@ from dialscore.batching import chunked
 from dialscore.evals.runners.score_store import score_settings
 from dialscore.evals.scorers import detect
 from dialscore.evals.served import Served
-from dialscore.reporting.jsonl_store import append_rows, read_keyed_rows
+from dialscore.reporting.jsonl_store import append_rows, content_key, read_keyed_rows
 from dialscore.reporting.progress import Bar
 from dialscore.types import ContradictionResult
 
@@ -44,8 +42,7 @@ BLOCK_DIALOGUES = 2048
 
 def dialogue_key(dialogue: Mapping[str, Any]) -> str:
     """The sha256 (hex) of a dialogue as POST /v1/contradiction receives it."""
-    text = json.dumps(dialogue, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return content_key(dialogue)
 
 
 def _valid(row: dict[str, Any]) -> bool:

@@ -23,8 +23,6 @@ two runs appending to one store would each score the other's missing jobs.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -33,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from dialscore.batching import chunked
 from dialscore.evals.scorers import CandidateScore, ReplyCandidates, Scorer, file_tag
 from dialscore.evals.served import Served
-from dialscore.reporting.jsonl_store import append_rows, read_keyed_rows
+from dialscore.reporting.jsonl_store import append_rows, content_key, read_keyed_rows
 
 if TYPE_CHECKING:
     from dialscore.client import AsyncDialscoreClient
@@ -46,9 +44,8 @@ BLOCK_JOBS = 256
 
 def job_key(job: ReplyCandidates) -> str:
     """The sha256 (hex) of everything the service sees of `job`."""
-    payload = [[t.to_json() for t in job.context], list(job.texts), job.speaker, job.turn_id]
-    text = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return content_key([[t.to_json() for t in job.context], list(job.texts), job.speaker,
+                        job.turn_id])
 
 
 def score_settings(scorer: str, served: Served, *, model: str | None, nll_model: str | None,
@@ -130,12 +127,9 @@ class DurableScorer:
             found[key] = [CandidateScore(float(v), None if d is None else float(d), t)
                           for v, d, t in row["scores"]]
             self._stored_models = row["models"]
-        todo: dict[str, ReplyCandidates] = {}
-        for key, job in zip(keys, jobs):
-            if key not in found:
-                todo.setdefault(key, job)
+        todo = list({key: job for key, job in zip(keys, jobs) if key not in found}.items())
         self.reused_jobs = len(found)
-        for _, block in chunked(list(todo.items()), self.block_jobs):
+        for _, block in chunked(todo, self.block_jobs):
             got = await self.inner.score(client, [job for _, job in block], label=label,
                                          progress=progress)
             models = self.inner.models_used()
