@@ -63,7 +63,7 @@ def test_quantize_refuses_a_kernel_patched_model(stand_in_registry):
     from dialscore_server.nll import kernels
 
     lm = load_model(stand_in_registry.get("dialogpt-medium"))
-    if not kernels.optimize(lm.model)["gelu_into_linear"]:
+    if not kernels.optimize(lm.model, onednn=True)["gelu_into_linear"]:
         pytest.skip("oneDNN linear unavailable: nothing patched")
     with pytest.raises(ValueError, match="quantize before"):
         quantize_int8(lm.model)

@@ -121,11 +121,14 @@ class NLLEngine:
             item computes its whole input (the numbers are the same either way, to float
             tolerance).
         min_shared_prefix: decoder-only prefix groups need at least this many shared tokens.
-        fast_kernels: apply :mod:`dialscore_server.nll.kernels` to the loaded model in place: float32
-            linear layers through oneDNN (about twice MKL's speed on this AMD CPU) and GPT-2's
-            five-op GELU as one kernel, fused into the preceding product. Numbers change only by
-            float rounding; each patched layer is checked against its stock forward first. The
-            vocabulary projection uses oneDNN too. Off: the stock PyTorch/transformers path.
+        fast_kernels: apply :mod:`dialscore_server.nll.kernels` to the loaded model in place:
+            float32 linear layers through oneDNN where it measured faster than PyTorch's own
+            route for the layer's shape on this CPU (about twice on the AVX-512 host, slower on
+            AVX2-only ones; timed once per process), and GPT-2's five-op GELU as one kernel,
+            fused into the preceding product when that goes through oneDNN. Numbers change only
+            by float rounding; each patched layer is checked against its stock forward first. The
+            vocabulary projection's route is chosen the same way. Off: the stock
+            PyTorch/transformers path.
     """
 
     def __init__(self, config: ModelConfig, loaded: LoadedModel | None = None, *,
@@ -158,7 +161,8 @@ class NLLEngine:
         if projection_chunk is None:
             vocab = self.model.get_output_embeddings().weight.shape[0]
             projection_chunk = default_projection_chunk(self.loaded.device, vocab)
-        self.projection = VocabularyProjection(self.model, projection_chunk, onednn=fast_kernels)
+        self.projection = VocabularyProjection(self.model, projection_chunk,
+                                               onednn=bool(self.kernels.get("onednn_head")))
         self.prefix_reuse = prefix_reuse
         self.min_shared_prefix = min_shared_prefix
         tok = self.tokenizer

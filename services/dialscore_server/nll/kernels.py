@@ -1,16 +1,21 @@
 """Faster CPU kernels for the engine's forward passes, applied in place to a loaded model.
 
-Two measured bottlenecks of a stock transformers model on this project's CPU (AMD EPYC with
-AVX-512; loadtests/bench_precision.py and BENCHMARKS.md have the figures):
+Two measured bottlenecks of a stock transformers model (loadtests/bench_precision.py and
+BENCHMARKS.md have the figures):
 
-* **float32 matrix products.** PyTorch's float32 ``matmul``/``addmm`` go through MKL, which on this
-  AMD CPU reaches about 230 GFLOP/s on two threads; oneDNN, bundled with the same PyTorch wheel,
-  runs the same product at about 500 GFLOP/s. Every float32 and bfloat16 linear layer of the model
-  (GPT-2's ``Conv1D``, ``nn.Linear`` elsewhere) is routed through oneDNN's ``linear`` op
-  (``torch.ops.mkldnn._linear_pointwise``), reading the module's own weight (``Conv1D`` weights are
-  stored column-major so that the [out, in] matrix oneDNN reads is contiguous: no copy kept,
-  ``state_dict`` unchanged), with the bias added in the product's epilogue. (bf16 ``addmm``
-  already reaches oneDNN in stock PyTorch, but through a slower path: ~390 vs ~500 GFLOP/s.)
+* **float32 matrix products.** PyTorch's float32 ``matmul``/``addmm`` go through MKL, which on the
+  AVX-512 AMD EPYC the project was first measured on reaches about 230 GFLOP/s on two threads;
+  oneDNN, bundled with the same PyTorch wheel, runs the same product there at about 500 GFLOP/s.
+  On an AVX2-only EPYC the order reverses (oneDNN 0.65-0.8x of PyTorch's own route). So each
+  kind of float32 and bfloat16 linear layer of the model (GPT-2's ``Conv1D``, ``nn.Linear``
+  elsewhere) is routed through oneDNN's ``linear`` op (``torch.ops.mkldnn._linear_pointwise``)
+  only where :mod:`dialscore_server.nll.kernel_choice` measured it faster on this CPU, for that
+  layer's shape, once per process. A routed layer reads the module's own weight (``Conv1D``
+  weights are stored column-major so that the [out, in] matrix oneDNN reads is contiguous: no
+  copy kept, ``state_dict`` unchanged), with the bias added in the product's epilogue. (bf16
+  ``addmm`` already reaches oneDNN in stock PyTorch, but through a slower path: ~390 vs ~500
+  GFLOP/s on the AVX-512 host.) The vocabulary projection's route is chosen the same way
+  (``onednn_head`` in :func:`optimize`'s result).
 * **GPT-2's GELU** (``gelu_new``) is written as five tensor operations, each a pass over the
   4 × width MLP activations (about 20% of a DialoGPT-medium forward pass). It is replaced by the same
   tanh formula in one kernel, fused into the preceding matrix product when oneDNN is used.
@@ -25,6 +30,8 @@ from __future__ import annotations
 
 import types
 from typing import Any
+
+from dialscore_server.nll import kernel_choice
 
 #: Largest difference from the stock forward accepted by the self-check, relative to the output's
 #: largest magnitude, per weight dtype (bf16 results round to 8 bits whichever kernel runs).
@@ -113,21 +120,50 @@ def check(module, in_features: int, gelu: bool) -> bool:
     return float((got.float() - want.float()).abs().max()) <= tolerance * scale
 
 
-def optimize(model, *, onednn: bool = True, fuse_gelu: bool = True) -> dict[str, Any]:
+def optimize(model, *, onednn: bool | None = None, fuse_gelu: bool = True) -> dict[str, Any]:
     """Apply the kernels above to `model`'s transformer body in place; returns what was changed.
+
+    Args:
+        onednn: ``None`` (the default): route a float32/bfloat16 CPU linear layer through oneDNN
+            only where :func:`kernel_choice.onednn_is_faster` measured oneDNN faster for its
+            shape (at the current torch thread count; measured once per process). ``True``: route
+            every such layer (the AVX-512 premise, unmeasured). ``False``: none.
+        fuse_gelu: replace GPT-2's five-op GELU by the one-kernel version, folded into ``c_fc``'s
+            product where that layer is routed to oneDNN.
+
+    Returns counts ``onednn_linears`` (layers routed), ``stock_linears`` (float32/bfloat16 CPU
+    layers left on PyTorch's route because it measured faster, or because oneDNN failed the
+    self-check), ``fused_gelu``, ``gelu_into_linear``; ``onednn_head``: whether the vocabulary
+    projection should run through oneDNN (same rule, for the head's shape in float32, the dtype
+    it is projected in; False when `onednn` is False); ``routes``: the timings behind each
+    measured choice, by shape.
 
     The output projection is left alone (the engine projects only target positions, in float32,
     through :func:`linear`). Only float32 and bfloat16 CPU linear layers are routed to oneDNN.
-    Idempotent.
+    Idempotent: a second call changes nothing and counts only what it changed.
     """
     import torch
     from transformers.activations import GELUTanh, NewGELUActivation
     from transformers.pytorch_utils import Conv1D
 
     dtypes = (torch.float32, torch.bfloat16)
-    done = {"onednn_linears": 0, "fused_gelu": 0, "gelu_into_linear": 0}
+    done: dict[str, Any] = {"onednn_linears": 0, "stock_linears": 0, "fused_gelu": 0,
+                            "gelu_into_linear": 0, "onednn_head": False}
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    use_onednn = onednn and onednn_linear_available()
+    use_onednn = onednn is not False and onednn_linear_available()
+    measured: set[kernel_choice.Shape] = set()
+
+    def wanted(shape: kernel_choice.Shape) -> bool:
+        if onednn is True:
+            return True
+        measured.add(shape)
+        return kernel_choice.onednn_is_faster(shape)
+
+    def shape_of(module, gelu: bool) -> kernel_choice.Shape:
+        w = module.weight
+        in_f, out_f = (w.shape[0], w.shape[1]) if isinstance(module, Conv1D) else (w.shape[1], w.shape[0])
+        return kernel_choice.Shape(in_f, out_f, str(w.dtype).removeprefix("torch."),
+                                   isinstance(module, Conv1D), gelu)
 
     # GPT-2 style MLPs: c_fc -> act -> c_proj. The act is folded into c_fc when c_fc goes through
     # oneDNN; otherwise the Python-composed GELU is swapped for the one-kernel version.
@@ -139,33 +175,47 @@ def optimize(model, *, onednn: bool = True, fuse_gelu: bool = True) -> dict[str,
             if (use_onednn and isinstance(fc, Conv1D) and fc.weight.dtype in dtypes
                     and fc.weight.device.type == "cpu" and name == "act"
                     and not hasattr(fc, "_dialscore_stock_forward")):
-                _relayout(fc)
-                _patch_linear(fc, transposed=True, gelu=True)
-                if check(fc, fc.weight.shape[0], gelu=True):
-                    setattr(module, name, torch.nn.Identity())
-                    done["gelu_into_linear"] += 1
-                    done["onednn_linears"] += 1
-                    continue
-                _unpatch(fc)
+                if wanted(shape_of(fc, gelu=True)):
+                    _relayout(fc)
+                    _patch_linear(fc, transposed=True, gelu=True)
+                    if check(fc, fc.weight.shape[0], gelu=True):
+                        setattr(module, name, torch.nn.Identity())
+                        done["gelu_into_linear"] += 1
+                        done["onednn_linears"] += 1
+                        continue
+                    _unpatch(fc)
+                fc._dialscore_route_decided = True
+                done["stock_linears"] += 1
             setattr(module, name, GELUTanh())
             done["fused_gelu"] += 1
 
     if use_onednn:
         for module in list(model.modules()):
-            if module is head or hasattr(module, "_dialscore_stock_forward"):
+            if (module is head or hasattr(module, "_dialscore_stock_forward")
+                    or hasattr(module, "_dialscore_route_decided")):
                 continue
             if isinstance(module, Conv1D):
                 transposed, in_features = True, module.weight.shape[0]
-                _relayout(module)
             elif type(module) is torch.nn.Linear:
                 transposed, in_features = False, module.in_features
             else:
                 continue
             if module.weight.dtype not in dtypes or module.weight.device.type != "cpu":
                 continue
+            module._dialscore_route_decided = True  # decided once: a second call leaves it alone
+            if not wanted(shape_of(module, gelu=False)):
+                done["stock_linears"] += 1
+                continue
+            if transposed:
+                _relayout(module)
             _patch_linear(module, transposed=transposed, gelu=False)
             if check(module, in_features, gelu=False):
                 done["onednn_linears"] += 1
             else:
                 _unpatch(module)
+                done["stock_linears"] += 1
+        if head is not None and head.weight.device.type == "cpu":
+            vocab, width = head.weight.shape
+            done["onednn_head"] = wanted(kernel_choice.Shape(width, vocab, "float32", False, False))
+    done["routes"] = {s.key(): kernel_choice.timing(s) for s in measured}
     return done
