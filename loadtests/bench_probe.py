@@ -17,10 +17,16 @@ Methods (all score the same token ids; NLLs are checked against (c) to 1e-4 in f
   (c) engine     ``NLLEngine.score_encoded``, all items in one call, prefix reuse off, the engine's
                  CPU kernels (services/dialscore_server/nll/kernels.py: oneDNN linear layers, fused GELU);
   (d) engine+reuse  the same with shared-prefix reuse on (the default);
+  (d1) all oneDNN  (d) with every float32 linear and the head through oneDNN whether or not it
+                 measured faster (``--forced-onednn``; the kernels' behaviour before they timed
+                 both routes, services/dialscore_server/nll/kernel_choice.py);
   (e) HTTP       POST /v1/nll through the Ray Serve application on loopback (gateway + one model
                  replica, reuse on), requests of whole explanation groups from concurrent clients.
   (f) engine int8   (d) with the registry's ``dtype: int8`` (int8 body linears, float32 head and
-                 log-softmax; services/dialscore_server/checkpoints/quantize.py);
+                 log-softmax; services/dialscore_server/checkpoints/quantize.py), activation rows
+                 quantized over their own [min, max];
+  (f0) int8 symmetric  the same with the first version's rows over [-max|x|, max|x|]
+                 (``quantize_int8(centered=False)``), to compare the two in one run;
   (g) CT2 fp32   CTranslate2 ``Generator.score_batch`` on the same token ids (as token strings),
                  batches of the engine's token budget in tokens, same threads, float32
                  (loadtests/ct2_peer.py; bench environment only: loadtests/requirements-bench.txt);
@@ -28,7 +34,9 @@ Methods (all score the same token ids; NLLs are checked against (c) to 1e-4 in f
 
 Reduced-precision rows ((f), (h)) report, besides max|dNLL| against (c), the pair-decision
 agreement with (c): the share of (valid, corruption) pairs ordered the same way (valid scored
-lower or not). Run with ``--dtype float32`` for these rows.
+lower or not). Run with ``--dtype float32`` for these rows. ``--agreement-groups N`` adds an
+untimed comparison of (f), (f0) and (h) with (d) on the first N groups (all 156: 896 pairs), with
+Wilson intervals and McNemar's paired test (loadtests/probe_agreement.py).
 
 Columns: pairs/s, items/s, item tokens/s (source + target of every item: the same work measure
 for every method), computed tokens/s (positions the model actually ran, padding excluded),
@@ -277,7 +285,14 @@ def main(argv=None) -> int:
     p.add_argument("--no-lmeval", action="store_true", help="skip (b)")
     p.add_argument("--no-naive", action="store_true", help="skip (a)")
     p.add_argument("--no-http", action="store_true", help="skip (e)")
-    p.add_argument("--no-int8", action="store_true", help="skip (f)")
+    p.add_argument("--forced-onednn", action="store_true",
+                   help="add (d1): (d) with every linear through oneDNN (its own model copy)")
+    p.add_argument("--no-ct2-float32", action="store_true", help="skip (g), keep (h)")
+    p.add_argument("--no-int8", action="store_true", help="skip (f) and (f0)")
+    p.add_argument("--no-int8-symmetric", action="store_true", help="skip (f0)")
+    p.add_argument("--agreement-groups", type=int, default=0,
+                   help="also score the first N groups once with (d), (f), (f0) and (h) and report "
+                        "decision agreement with (d) with confidence intervals (0: off)")
     p.add_argument("--no-ct2", action="store_true", help="skip (g) and (h)")
     p.add_argument("--groups-per-request", type=int, default=4, help="(e): explanation groups per request")
     p.add_argument("--clients", type=int, default=4, help="(e): concurrent HTTP clients")
@@ -319,6 +334,15 @@ def main(argv=None) -> int:
     stats_budget = engine_plain.token_budget
     engine_reuse = NLLEngine(config, loaded=loaded, token_budget=args.token_budget,
                              num_threads=args.threads, prefix_reuse=True)
+    engine_forced = None
+    if args.forced_onednn:
+        from dialscore_server.nll import kernels
+
+        forced = load_model(config)
+        kernels.optimize(forced.model, onednn=True)  # the engine's own call then finds it decided
+        engine_forced = NLLEngine(config, loaded=forced, token_budget=args.token_budget,
+                                  num_threads=args.threads, prefix_reuse=True)
+        engine_forced.projection.onednn = True
 
     groups, n_pairs, sizes = attribution_workload(args.groups or DEFAULT_GROUPS[args.model],
                                                   config.format.why_turn)
@@ -337,12 +361,24 @@ def main(argv=None) -> int:
         start += size
 
     # (f) int8 engine and (g)/(h) CTranslate2: float32 runs only (they are compared with (c)).
-    engine_int8 = None
+    engine_int8 = engine_int8_sym = None
     if not args.no_int8 and args.dtype == "float32" and device == "cpu":
         int8_config = config.model_copy(update={"dtype": "int8"})
         engine_int8 = NLLEngine(int8_config, token_budget=args.token_budget,
                                 num_threads=args.threads, prefix_reuse=True)
         engine_int8.score_encoded(encoded[:14])
+        if not args.no_int8_symmetric:
+            from dialscore_server.checkpoints.loading import LoadedModel
+            from dialscore_server.checkpoints.quantize import quantize_int8
+
+            sym = load_model(config)
+            quantize_int8(sym.model, centered=False)
+            engine_int8_sym = NLLEngine(int8_config, token_budget=args.token_budget,
+                                        num_threads=args.threads, prefix_reuse=True,
+                                        loaded=LoadedModel(int8_config, sym.model, sym.tokenizer,
+                                                           sym.device, sym.stand_in,
+                                                           sym.resolved_revision))
+            engine_int8_sym.score_encoded(encoded[:14])
     ct2 = {}
     ct2_note = ""
     if not args.no_ct2 and args.dtype == "float32" and device == "cpu":
@@ -351,9 +387,9 @@ def main(argv=None) -> int:
         ct2_note = available() or ""
         if not ct2_note:
             ct2_path = convert(source, work / f"ct2-{args.model}")
-            for ct in ("float32", "int8"):
+            for ct in ("int8",) if args.no_ct2_float32 else ("float32", "int8"):
                 ct2[ct] = Ct2Scorer(ct2_path, ct, args.threads, stats_budget, engine_plain.tokenizer)
-            ct2_tokens = ct2["float32"].strings(encoded)
+            ct2_tokens = ct2["int8"].strings(encoded)
             ct2_lengths = [len(e.target_ids) for e in encoded]
             for sc in ct2.values():
                 sc.nlls(ct2_tokens[:14], ct2_lengths[:14])
@@ -388,13 +424,45 @@ def main(argv=None) -> int:
         (res, stats_reuse), t = timed(lambda: engine_reuse.score_encoded(encoded), device)
         nlls["reuse"] = [r.nll for r in res]
         timings["reuse"].append(t)
+        if engine_forced is not None:
+            (res, stats_forced), t = timed(lambda: engine_forced.score_encoded(encoded), device)
+            nlls["forced"] = [r.nll for r in res]
+            timings["forced"].append(t)
         if engine_int8 is not None:
             (res, stats_int8), t = timed(lambda: engine_int8.score_encoded(encoded), device)
             nlls["int8"] = [r.nll for r in res]
             timings["int8"].append(t)
+        if engine_int8_sym is not None:
+            (res, stats_int8_sym), t = timed(lambda: engine_int8_sym.score_encoded(encoded), device)
+            nlls["int8_sym"] = [r.nll for r in res]
+            timings["int8_sym"].append(t)
         for ct, sc in ct2.items():
             nlls[f"ct2_{ct}"], t = timed(lambda: sc.nlls(ct2_tokens, ct2_lengths), device)
             timings[f"ct2_{ct}"].append(t)
+
+    # Decision agreement on a larger workload: each mode once, the float32 reference first.
+    big = None
+    if args.agreement_groups:
+        from loadtests.probe_agreement import agreement
+
+        big_groups, big_pairs, big_sizes = attribution_workload(args.agreement_groups,
+                                                                config.format.why_turn)
+        big_encoded = [engine_reuse.encode(it) for g in big_groups for it in g]
+        big_index, start = [], 0
+        for size in big_sizes:
+            big_index += [(start, start + j) for j in range(1, size)]
+            start += size
+        scorers = {"reuse": lambda: [r.nll for r in engine_reuse.score_encoded(big_encoded)[0]]}
+        if engine_int8 is not None:
+            scorers["int8"] = lambda: [r.nll for r in engine_int8.score_encoded(big_encoded)[0]]
+        if engine_int8_sym is not None:
+            scorers["int8_sym"] = lambda: [r.nll for r in engine_int8_sym.score_encoded(big_encoded)[0]]
+        if "int8" in ct2:
+            big_tokens = ct2["int8"].strings(big_encoded)
+            big_lengths = [len(e.target_ids) for e in big_encoded]
+            scorers["ct2_int8"] = lambda: ct2["int8"].nlls(big_tokens, big_lengths)
+        big = agreement(scorers, "reuse", big_index)
+        big.update(groups=len(big_groups), items=len(big_encoded), pairs=big_pairs)
 
     # (b) lm-evaluation-harness, in this process, same threads, its own copy of the checkpoint.
     lmeval_note = ""
@@ -457,7 +525,7 @@ def main(argv=None) -> int:
         comparable["lmeval"] = lm_same
     worst = {k: max((abs(a - b) for a, b, c in zip(v, ref, comparable[k]) if c), default=0.0)
              for k, v in nlls.items()}
-    reduced = {"int8", "ct2_int8"}
+    reduced = {"int8", "int8_sym", "ct2_int8"}
     ok = (all(w <= TOLERANCE for k, w in worst.items() if k not in reduced)
           if args.dtype == "float32" else True)
 
@@ -489,11 +557,17 @@ def main(argv=None) -> int:
         stats_plain.padded_tokens)
     row("reuse", "(d) engine, prefix reuse on", stats_reuse.real_tokens, target_tokens,
         stats_reuse.padded_tokens)
+    if "forced" in timings:
+        row("forced", "(d1) engine, reuse on, all oneDNN", stats_forced.real_tokens, target_tokens,
+            stats_forced.padded_tokens)
     if "http" in timings:
         row("http", "(e) HTTP via Ray Serve, reuse on", stats_reuse.real_tokens, target_tokens, None)
     if "int8" in timings:
         row("int8", "(f) engine int8, prefix reuse on", stats_int8.real_tokens, target_tokens,
             stats_int8.padded_tokens)
+    if "int8_sym" in timings:
+        row("int8_sym", "(f0) engine int8 symmetric rows, reuse on", stats_int8_sym.real_tokens,
+            target_tokens, stats_int8_sym.padded_tokens)
     # CTranslate2 computes every position of every item and projects all but the first to the
     # vocabulary (its padding is unknown: "-").
     ct2_projected = item_tokens - n
@@ -546,8 +620,21 @@ def main(argv=None) -> int:
         print(f"(f) engine int8 / (h) CTranslate2 int8: "
               f"{rows['int8']['pairs_s'] / rows['ct2_int8']['pairs_s']:.2f}x pairs/s (target >= 2), "
               f"pair agreement {rows['int8']['pair_agreement']:.2%} vs "
-              f"{rows['ct2_int8']['pair_agreement']:.2%}; (d) float32 / (g) CTranslate2 float32: "
+              f"{rows['ct2_int8']['pair_agreement']:.2%}")
+    if "ct2_float32" in rows:
+        print(f"(d) float32 / (g) CTranslate2 float32: "
               f"{rows['reuse']['pairs_s'] / rows['ct2_float32']['pairs_s']:.2f}x")
+    if "forced" in rows:
+        print(f"(d) measured kernel routes / (d1) all oneDNN: "
+              f"{rows['reuse']['pairs_s'] / rows['forced']['pairs_s']:.2f}x pairs/s")
+    if big is not None:
+        from loadtests.probe_agreement import print_agreement
+
+        print()
+        print(f"decision agreement with (d) float32 on {big['groups']} groups, {big['items']} items, "
+              f"{big['pairs']} pairs (each mode run once, in this order; seconds not interleaved):")
+        print_agreement(big, {"int8": "(f) engine int8", "int8_sym": "(f0) engine int8 symmetric rows",
+                              "ct2_int8": "(h) CTranslate2 int8"})
     if "http" in rows:
         local = min(timings["reuse_beside_http"])
         rows["http"]["in_process_beside_s"] = local
@@ -556,13 +643,24 @@ def main(argv=None) -> int:
               f"{', '.join(f'{x:.2f}' for x in timings['reuse_beside_http'])}); "
               f"{rows['http']['pairs_s'] / rows['reuse']['pairs_s']:.2f} against (d) above "
               "(target >= 0.85)")
+    from dialscore_server.nll.kernel_choice import remembered
+
+    routes = remembered()
+    print("float32 linear routes timed by the engine's kernels (oneDNN s / PyTorch's own s, fastest "
+          "of each, then the choice):")
+    for key, t in routes.items():
+        print(f"  {key}: " + ("oneDNN cannot run it" if t is None else
+                              f"{t.onednn_s * 1e3:.2f} / {t.stock_s * 1e3:.2f} ms -> "
+                              f"{'oneDNN' if t.onednn else 'PyTorch'}"))
     if args.dtype == "float32":
         print(f"NLL agreement with (c): {'OK' if ok else 'MISMATCH'} (tolerance {TOLERANCE:g})")
     else:
         print(f"NLL agreement with (c) not checked to {TOLERANCE:g} in {args.dtype}")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "peak_flops": peak, "rows": rows,
-                                               "pairs": n_pairs, "items": n, "item_tokens": item_tokens},
+                                               "pairs": n_pairs, "items": n, "item_tokens": item_tokens,
+                                               "agreement": big, "kernel_routes": {
+                                                   k: str(v) for k, v in routes.items()}},
                                               indent=1))
     return 0 if ok else 1
 
