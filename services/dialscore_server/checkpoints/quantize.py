@@ -50,6 +50,15 @@ from typing import Any
 INT8_ENGINE = "onednn"
 
 
+#: A centred row is scaled to [-EDGE, EDGE], EDGE = 63 quantization steps of the anchored
+#: [-1, 1] range (step 2/127), so its two extremes fall on codes, half a step from any rounding
+#: boundary. Scaled to [-1, 1] they would sit exactly on ties (±63.5 steps), and float noise of
+#: a few ulps in the row's centre (attention run at another batch shape, prefix reuse on or off)
+#: would move them a whole step: 1.6e-3 nats between reuse on and off on the std-0.3 stand-in.
+#: (A symmetric row's extreme is x / x = ±1 exactly, so it always rounds the same way.)
+_CENTERED_EDGE = 63 * 2.0 / 127
+
+
 class Int8Linear:
     """Placeholder replaced at import time by the torch module below (torch is imported lazily)."""
 
@@ -92,7 +101,7 @@ def _module_class():
             if self.centered:
                 lo, hi = torch.aminmax(x2, dim=1, keepdim=True)
                 c = (hi + lo).mul_(0.5)
-                s = (hi - lo).mul_(0.5).clamp_min_(1e-30)
+                s = (hi - lo).mul_(0.5 / _CENTERED_EDGE).clamp_min_(1e-30)
                 torch.sub(x2, c, out=buf[:rows]).div_(s)
             else:
                 s = x2.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)
