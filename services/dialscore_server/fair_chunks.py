@@ -3,15 +3,19 @@ requests cut into chunks (NLL items by tokens, NLI dialogues by pairs).
 
 A request is admitted as a list of chunks, each costing about the endpoint's chunk size in its
 unit of work. :func:`run_in_turn` hands them to the replica's runner (a ``@serve.batch`` method)
-one at a time, waiting for each before sending the next, so every waiting request has at most one
-chunk in the replica's queue: a batch merges one chunk of each waiting request (round-robin), and
-a small request admitted behind a large one waits for about one chunk, not for all of it.
+in order, sending the next chunk as soon as the engine call of the previous one begins: every
+request has at most one chunk running and one waiting in the replica's queue. A batch therefore
+merges one chunk of each waiting request (round-robin), a small request admitted behind a large
+one waits for about one chunk, not for all of it, and the replica never idles between two chunks
+of a request (the next one is already queued when a call ends).
 
 When the request is cancelled (the client went away, or the gateway's deadline passed and it
-cancelled the call), its chunks not yet sent are never computed (``dropped``); a chunk still
-queued is removed by Serve; only the chunk already running finishes, for nobody (``wasted``).
-:class:`WorkLedger` counts both, in its unit, in :class:`WorkStats` and the ``dialscore_work_*``
-metrics; ``wasted_s / busy_s`` is the share of replica time nobody waited for.
+cancelled the call), its chunks not yet sent are never computed and its queued chunk is removed
+by Serve (``dropped``); a chunk whose engine call is running is marked ``cancelled``, and the
+engine stops computing it at its next forward pass or layer (:mod:`dialscore_server.interruption`).
+Engine time spent on chunks cancelled by the end of their call is ``wasted``.
+:class:`WorkLedger` counts work in its unit and time in :class:`WorkStats` and the
+``dialscore_work_*`` metrics; ``wasted_s / busy_s`` is the share of replica time nobody waited for.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypeVar
 
 from dialscore_server import metrics
+from dialscore_server.contract.errors import ServiceError
 from dialscore_server.contract.reply import BatchReport, Reply
+from dialscore_server.interruption import CallGuard
 
-__all__ = ["Chunk", "ChunkReplies", "WorkLedger", "WorkStats", "run_in_turn"]
+__all__ = ["Chunk", "ChunkReplies", "WorkLedger", "WorkStats", "abandoned_reply", "call_guard",
+           "charged", "one_call_at_a_time", "run_in_turn"]
 
 T = TypeVar("T")
 C = TypeVar("C", bound="Chunk")
@@ -71,6 +78,17 @@ class WorkLedger:
     def __init__(self, model: str, unit: str):
         self.model, self.unit = model, unit
         self.stats = WorkStats(unit)
+        self._on_start: dict[int, Callable[[], None]] = {}
+        self._on_start_lock = threading.Lock()
+
+    def when_started(self, chunk: Chunk, callback: Callable[[], None]) -> None:
+        """Call `callback` (from the engine's thread) when `chunk`'s engine call begins."""
+        with self._on_start_lock:
+            self._on_start[id(chunk)] = callback
+
+    def forget(self, chunk: Chunk) -> None:
+        with self._on_start_lock:
+            self._on_start.pop(id(chunk), None)
 
     def admitted(self, chunks: Sequence[Chunk]) -> None:
         cost = sum(c.cost for c in chunks)
@@ -79,19 +97,29 @@ class WorkLedger:
         metrics.WORK_IN_FLIGHT.labels(self.model, self.unit).inc(cost)
 
     def started(self, chunks: Sequence[Chunk]) -> None:
-        """Mark `chunks` as running (their engine call begins)."""
+        """Mark `chunks` as running (their engine call begins) and call their start callbacks."""
         for c in chunks:
             c.started = True
+            with self._on_start_lock:
+                callback = self._on_start.pop(id(c), None)
+            if callback is not None:
+                callback()
 
-    def called(self, chunks: Sequence[Chunk], compute_s: float) -> None:
-        """One engine call computed `chunks` in `compute_s`: the share of cancelled chunks (by
-        cost) is wasted time."""
+    def called(self, chunks: Sequence[Chunk], compute_s: float,
+               seconds: Sequence[float] | None = None) -> None:
+        """One engine call computed `chunks` in `compute_s`. Wasted time: the engine seconds
+        charged to chunks cancelled by now (`seconds`, per chunk, from the engine's clock; the
+        call's time outside its passes is shared by cost), or without `seconds` the cancelled
+        chunks' share of the call by cost."""
         total = sum(c.cost for c in chunks) or 1
+        charged = list(seconds) if seconds is not None else [0.0] * len(chunks)
+        rest = max(0.0, compute_s - sum(charged))
+        wasted = sum(t + rest * c.cost / total for c, t in zip(chunks, charged) if c.cancelled)
         with self.stats._lock:
             self.stats.busy_s += compute_s
             self.stats.calls += 1
             self.stats.chunks += len(chunks)
-            self.stats.wasted_s += compute_s * sum(c.cost for c in chunks if c.cancelled) / total
+            self.stats.wasted_s += wasted
 
     def finish(self, chunks: Sequence[Chunk], how: How) -> None:
         cost = sum(c.cost for c in chunks)
@@ -109,10 +137,10 @@ class WorkLedger:
 
 @dataclass
 class ChunkReplies(Generic[T]):
-    """What :func:`run_in_turn` got: each chunk's value in order (or the first error), summed
-    engine and queue times, the most requests one of its calls merged, and the statistics of the
-    calls whose report came with one of these chunks (each call's report comes with exactly one
-    chunk of that call)."""
+    """What :func:`run_in_turn` got: each chunk's value in order (or the first error), the summed
+    engine time of its chunks, the rest of the request's time in the replica (queue), the most
+    requests one of its calls merged, and the statistics of the calls whose report came with one
+    of these chunks (each call's report comes with exactly one chunk of that call)."""
 
     values: list[T]
     error: Reply[T] | None = None
@@ -122,35 +150,104 @@ class ChunkReplies(Generic[T]):
     batches: list[tuple[BatchReport, int]] = field(default_factory=list)
 
 
+def call_guard(chunks: Sequence[Chunk]) -> CallGuard:
+    """The guard of one engine call over `chunks` (index k = chunks[k]): a chunk is wanted until
+    it is cancelled; after the call, ``guard.seconds[k]`` is the engine time charged to it."""
+    return CallGuard(lambda k: not chunks[k].cancelled)
+
+
+def charged(guard: CallGuard, chunks: int) -> list[float]:
+    """Engine seconds per chunk of a call, from its :func:`call_guard`."""
+    return [guard.seconds.get(k, 0.0) for k in range(chunks)]
+
+
+def one_call_at_a_time(run: Callable[[Sequence[C]], Sequence[Reply[T]]]
+                       ) -> Callable[[C], Awaitable[Reply[T]]]:
+    """A runner for a serving used without ``@serve.batch`` (in-process, tests): each chunk is
+    its own call of `run`, off the event loop, one call at a time as a replica runs its batches
+    (a request's next chunk, sent when the current one begins, waits its turn)."""
+    lock = threading.Lock()
+
+    def call(chunk: C) -> Reply[T]:
+        with lock:
+            return run([chunk])[0]
+
+    async def run_alone(chunk: C) -> Reply[T]:
+        return await asyncio.to_thread(call, chunk)
+
+    return run_alone
+
+
+def abandoned_reply() -> Reply:
+    """The reply for a chunk cancelled during its engine call (nobody reads it)."""
+    return Reply(error=ServiceError("timeout", "the request was cancelled; its remaining work was "
+                                               "dropped"))
+
+
 async def run_in_turn(chunks: Sequence[C], run: Callable[[C], Awaitable[Reply[T]]],
                       ledger: WorkLedger) -> ChunkReplies[T]:
-    """Send `chunks` to `run` one after the other (see the module docstring). An error reply
-    stops the request (its other chunks are dropped) and is returned as `error`. Cancelling the
-    caller drops what is left and counts the running chunk as wasted."""
+    """Send `chunks` to `run` in order, each as soon as the previous one's engine call begins
+    (see the module docstring), and gather their replies in order. An error reply stops the
+    request (its other chunks are dropped) and is returned as `error`. Cancelling the caller
+    drops what is left and marks the chunks already in an engine call as cancelled."""
     ledger.admitted(chunks)
     out: ChunkReplies[T] = ChunkReplies([])
+    loop = asyncio.get_running_loop()
+    sent: list[tuple[asyncio.Task[Reply[T]], asyncio.Event]] = []
+    begun = time.perf_counter()
+
+    def send(chunk: C) -> None:
+        began = asyncio.Event()
+        ledger.when_started(chunk, lambda: loop.call_soon_threadsafe(began.set))
+        task = asyncio.ensure_future(run(chunk))
+        # A task given up on below must not log "exception never retrieved".
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        sent.append((task, began))
+
+    def give_up(k: int, how_running: How) -> None:
+        """Stop at chunk `k`: the sent ones are cancelled (`how_running` if their call began,
+        else dropped), the rest dropped."""
+        for j, (task, _) in enumerate(sent[k:], start=k):
+            task.cancel()
+            chunks[j].cancelled = True
+            ledger.forget(chunks[j])
+            ledger.finish([chunks[j]], how_running if chunks[j].started else "dropped")
+        ledger.finish(chunks[len(sent):], "dropped")
+
     k = 0
     try:
+        if chunks:
+            send(chunks[0])
         for k, chunk in enumerate(chunks):
-            sent = time.perf_counter()
-            reply = await run(chunk)
+            task, began = sent[k]
+            if k + 1 < len(chunks):
+                if not task.done():  # queue the next chunk once this one's engine call begins
+                    waiter = asyncio.ensure_future(began.wait())
+                    try:
+                        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        waiter.cancel()
+                if not task.done() or (task.exception() is None and task.result().error is None):
+                    send(chunks[k + 1])
+            reply = await task
+            ledger.forget(chunk)
             if reply.error is not None:
-                ledger.finish(chunks[k:], "dropped")
+                ledger.finish([chunk], "dropped")
+                give_up(k + 1, "wasted")
                 out.error = reply
                 return out
             ledger.finish([chunk], "done")
             out.values.append(reply.value)  # type: ignore[arg-type]
             out.compute_s += reply.compute_s
-            out.queue_s += max(0.0, time.perf_counter() - sent - reply.compute_s)
             out.batch_requests = max(out.batch_requests, reply.batch_requests)
             out.batches += reply.batches
     except asyncio.CancelledError:
-        current = chunks[k]
-        current.cancelled = True
-        ledger.finish([current], "wasted" if current.started else "dropped")
-        ledger.finish(chunks[k + 1:], "dropped")
+        give_up(k, "wasted")
         raise
     except BaseException:  # the engine call failed: nothing more is computed for this request
-        ledger.finish(chunks[k:], "dropped")
+        give_up(k, "dropped")
         raise
+    # Chunks overlap in the queue (the next waits while the current runs): the request's queue
+    # time is its wall time outside its chunks' engine calls.
+    out.queue_s = max(0.0, time.perf_counter() - begun - out.compute_s)
     return out

@@ -36,8 +36,8 @@ class SlowDetector:
             self.release.wait(self.delay)
         return [0.1] * len(pairs)
 
-    def detect_many(self, jobs):
-        return self.detector.detect_many(jobs)
+    def detect_many(self, jobs, guard=None):
+        return self.detector.detect_many(jobs, guard)
 
     def card(self) -> ModelCard:
         return ModelCard(name="fake-nli", family="classifier", source="fake", revision=None,

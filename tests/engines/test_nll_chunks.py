@@ -89,10 +89,10 @@ class BlockingEngine(FakeNLLEngine):
         self.calls: list[int] = []
         self.release = threading.Event()
 
-    def score_encoded(self, encoded):
+    def score_encoded(self, encoded, guard=None):
         self.calls.append(len(encoded))
         self.release.wait(5.0)
-        return super().score_encoded(encoded)
+        return super().score_encoded(encoded, guard)
 
 
 def words(n: int) -> str:

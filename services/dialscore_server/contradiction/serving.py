@@ -13,7 +13,6 @@ over a fake classifier.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,10 @@ from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.pairing import DetectionJob, DetectionResult, plan_pairs
-from dialscore_server.fair_chunks import WorkLedger, run_in_turn
+from dialscore_server.fair_chunks import (
+    WorkLedger, abandoned_reply, call_guard, charged, one_call_at_a_time, run_in_turn,
+)
+from dialscore_server.interruption import CallGuard
 
 #: Default chunk size in NLI pairs (ServingOptions.chunk_pairs).
 CHUNK_PAIRS = 64
@@ -33,7 +35,8 @@ CHUNK_PAIRS = 64
 class Detector(Engine, Protocol):
     """What the endpoint needs of its engine besides the lifecycle (see ContradictionDetector)."""
 
-    def detect_many(self, jobs: Sequence[DetectionJob]) -> list[list[DetectionResult]]: ...
+    def detect_many(self, jobs: Sequence[DetectionJob], guard: CallGuard | None = None
+                    ) -> list[list[DetectionResult] | None]: ...
 
 
 @dataclass
@@ -88,6 +91,8 @@ class ContradictionServing:
         self.chunk_pairs = max(1, min(chunk_pairs, max_batch_pairs))
         self._card = engine.card()
         self.ledger = WorkLedger(model or self._card.name, "pairs")
+        #: The runner used without ``@serve.batch``: one chunk per engine call, one at a time.
+        self.run_alone = one_call_at_a_time(self.run)
 
     def card(self) -> ModelCard:
         return self._card
@@ -103,17 +108,20 @@ class ContradictionServing:
         return chunk_job(job, counts, self.chunk_pairs)
 
     def run(self, works: Sequence[Work]) -> list[Reply[list[DetectionResult]]]:
-        """One detector call for every chunk of `works`; one reply per work, in order."""
+        """One detector call for every chunk of `works`; one reply per work, in order. The
+        detector stops computing a work cancelled while the call runs; such a work (nobody waits
+        for it) gets an error reply."""
+        if all(w.cancelled for w in works):  # nobody waits for any of them: no engine call
+            return [abandoned_reply() for _ in works]
         self.ledger.started(works)
+        guard = call_guard(works)
         start = time.perf_counter()
-        outputs = self.engine.detect_many([w.job for w in works])
+        outputs = self.engine.detect_many([w.job for w in works], guard)
         compute = time.perf_counter() - start
-        self.ledger.called(works, compute)
-        return [Reply(value=list(out), batch_requests=len(works), compute_s=compute)
+        self.ledger.called(works, compute, charged(guard, len(works)))
+        return [abandoned_reply() if out is None else
+                Reply(value=list(out), batch_requests=len(works), compute_s=compute)
                 for out in outputs]
-
-    async def run_alone(self, work: Work) -> Reply[list[DetectionResult]]:
-        return (await asyncio.to_thread(self.run, [work]))[0]
 
     async def detect(self, job: DetectionJob, runner: Runner | None = None
                      ) -> Reply[list[DetectionResult]]:
