@@ -13,9 +13,11 @@ When the request is cancelled (the client went away, or the gateway's deadline p
 cancelled the call), its chunks not yet sent are never computed and its queued chunk is removed
 by Serve (``dropped``); a chunk whose engine call is running is marked ``cancelled``, and the
 engine stops computing it at its next forward pass or layer (:mod:`dialscore_server.interruption`).
-Engine time spent on chunks cancelled by the end of their call is ``wasted``.
+Engine time spent on chunks cancelled by the end of their call is ``wasted`` (their answers are
+never delivered); the part of it that ran after the cancel is ``orphan``: time nobody waited for.
 :class:`WorkLedger` counts work in its unit and time in :class:`WorkStats` and the
-``dialscore_work_*`` metrics; ``wasted_s / busy_s`` is the share of replica time nobody waited for.
+``dialscore_work_*`` metrics; ``orphan_s / busy_s`` is the share of replica time nobody waited
+for, ``wasted_s / busy_s`` adds the time spent on a request before its client left.
 """
 
 from __future__ import annotations
@@ -42,18 +44,21 @@ How = Literal["done", "wasted", "dropped"]
 
 class Chunk(Protocol):
     """One chunk of an admitted request. `cost`: its work in the ledger's unit (at least 1);
-    `started`/`cancelled` are set here: its engine call began; nobody waits for it any more."""
+    `started`/`cancelled`/`cancelled_at` are set here: its engine call began; nobody waits for it
+    any more, since that moment (``time.perf_counter``)."""
 
     cost: int
     started: bool
     cancelled: bool
+    cancelled_at: float
 
 
 @dataclass
 class WorkStats:
     """What a replica computed, in its `unit` and in seconds of engine time (see the module
-    docstring): `done`, `wasted`, `dropped` and `in_flight` work; `busy_s` and `wasted_s` engine
-    time; `chunks` computed in `calls` engine calls."""
+    docstring): `done`, `wasted`, `dropped` and `in_flight` work; `busy_s` engine time, of which
+    `wasted_s` went to chunks cancelled by the end of their call and `orphan_s` ran after their
+    cancel (:meth:`WorkLedger.called`); `chunks` computed in `calls` engine calls."""
 
     unit: str
     done: int = 0
@@ -62,6 +67,7 @@ class WorkStats:
     in_flight: int = 0
     busy_s: float = 0.0
     wasted_s: float = 0.0
+    orphan_s: float = 0.0
     chunks: int = 0
     calls: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -105,21 +111,35 @@ class WorkLedger:
             if callback is not None:
                 callback()
 
-    def called(self, chunks: Sequence[Chunk], compute_s: float,
-               seconds: Sequence[float] | None = None) -> None:
-        """One engine call computed `chunks` in `compute_s`. Wasted time: the engine seconds
-        charged to chunks cancelled by now (`seconds`, per chunk, from the engine's clock; the
-        call's time outside its passes is shared by cost), or without `seconds` the cancelled
-        chunks' share of the call by cost."""
+    def called(self, chunks: Sequence[Chunk], start: float, end: float,
+               charged: Sequence[tuple[float, float]] | None = None) -> None:
+        """One engine call computed `chunks` from `start` to `end` (``time.perf_counter``).
+        `charged`: per chunk, the engine seconds spent on it and the part of those after its
+        cancel (:func:`charged`); the call's time outside its passes, or all of it without
+        `charged`, is shared by cost over the whole call. *Wasted* time: spent on chunks
+        cancelled by the end of the call (their answers are never delivered); *orphan* time: the
+        part of it after the cancel, when nobody waited any more."""
+        compute_s = end - start
         total = sum(c.cost for c in chunks) or 1
-        charged = list(seconds) if seconds is not None else [0.0] * len(chunks)
-        rest = max(0.0, compute_s - sum(charged))
-        wasted = sum(t + rest * c.cost / total for c, t in zip(chunks, charged) if c.cancelled)
+        per_chunk = list(charged) if charged is not None else [(0.0, 0.0)] * len(chunks)
+        rest = max(0.0, compute_s - sum(t for t, _ in per_chunk))
+        wasted = orphan = 0.0
+        for c, (t, late) in zip(chunks, per_chunk):
+            if c.cancelled:
+                share = rest * c.cost / total
+                wasted += t + share
+                if compute_s > 0:
+                    late += share * (end - min(end, max(start, c.cancelled_at))) / compute_s
+                orphan += late
         with self.stats._lock:
             self.stats.busy_s += compute_s
             self.stats.calls += 1
             self.stats.chunks += len(chunks)
             self.stats.wasted_s += wasted
+            self.stats.orphan_s += orphan
+        metrics.WORK_SECONDS.labels(self.model, "busy").inc(compute_s)
+        metrics.WORK_SECONDS.labels(self.model, "wasted").inc(wasted)
+        metrics.WORK_SECONDS.labels(self.model, "orphan").inc(orphan)
 
     def finish(self, chunks: Sequence[Chunk], how: How) -> None:
         cost = sum(c.cost for c in chunks)
@@ -152,13 +172,17 @@ class ChunkReplies(Generic[T]):
 
 def call_guard(chunks: Sequence[Chunk]) -> CallGuard:
     """The guard of one engine call over `chunks` (index k = chunks[k]): a chunk is wanted until
-    it is cancelled; after the call, ``guard.seconds[k]`` is the engine time charged to it."""
-    return CallGuard(lambda k: not chunks[k].cancelled)
+    it is cancelled; after the call, ``guard.seconds[k]`` is the engine time charged to it and
+    ``guard.seconds_after_cancel[k]`` the part of it that ran after the cancel."""
+    return CallGuard(lambda k: not chunks[k].cancelled,
+                     cancelled_at=lambda k: chunks[k].cancelled_at if chunks[k].cancelled else None)
 
 
-def charged(guard: CallGuard, chunks: int) -> list[float]:
-    """Engine seconds per chunk of a call, from its :func:`call_guard`."""
-    return [guard.seconds.get(k, 0.0) for k in range(chunks)]
+def charged(guard: CallGuard, chunks: int) -> list[tuple[float, float]]:
+    """(engine seconds, of which after the cancel) per chunk of a call, from its
+    :func:`call_guard`."""
+    return [(guard.seconds.get(k, 0.0), guard.seconds_after_cancel.get(k, 0.0))
+            for k in range(chunks)]
 
 
 def one_call_at_a_time(run: Callable[[Sequence[C]], Sequence[Reply[T]]]
@@ -209,6 +233,7 @@ async def run_in_turn(chunks: Sequence[C], run: Callable[[C], Awaitable[Reply[T]
         else dropped), the rest dropped."""
         for j, (task, _) in enumerate(sent[k:], start=k):
             task.cancel()
+            chunks[j].cancelled_at = time.perf_counter()
             chunks[j].cancelled = True
             ledger.forget(chunks[j])
             ledger.finish([chunks[j]], how_running if chunks[j].started else "dropped")

@@ -80,18 +80,29 @@ class LayerChecks:
 
 class ItemClock:
     """Seconds of one engine call per item index: each timed pass's wall time shared among its
-    items in proportion to their weights (positions computed for them)."""
+    items in proportion to their weights (positions computed for them). With `cancelled_at`
+    (index -> when nobody wanted the item any more, on ``time.perf_counter``'s clock, or None),
+    :attr:`after` holds the part of each item's seconds that ran after that moment."""
 
-    def __init__(self) -> None:
+    def __init__(self, cancelled_at: Callable[[int], float | None] | None = None) -> None:
         self.seconds: dict[int, float] = {}
+        self.after: dict[int, float] = {}
+        self._cancelled_at = cancelled_at
 
-    def charge(self, items: Sequence[int], weights: Sequence[float] | None, seconds: float) -> None:
+    def charge(self, items: Sequence[int], weights: Sequence[float] | None, start: float,
+               end: float) -> None:
+        """Share the wall time from `start` to `end` among `items`."""
         if not items:
             return
         w = list(weights) if weights is not None and sum(weights) > 0 else [1.0] * len(items)
-        total = sum(w)
+        total, seconds = sum(w), max(0.0, end - start)
         for i, x in zip(items, w):
-            self.seconds[i] = self.seconds.get(i, 0.0) + seconds * x / total
+            share = seconds * x / total
+            self.seconds[i] = self.seconds.get(i, 0.0) + share
+            at = self._cancelled_at(i) if self._cancelled_at else None
+            if at is not None and at < end and seconds > 0:
+                late = share * (end - max(start, at)) / seconds
+                self.after[i] = self.after.get(i, 0.0) + late
 
 
 class CallGuard:
@@ -108,10 +119,11 @@ class CallGuard:
     :meth:`forward` and catch :class:`PassAbandoned`, which it raises (after charging the pass's
     time) when no row of the pass is wanted any more."""
 
-    def __init__(self, wanted: Wanted | None = None, checks: LayerChecks | None = None):
+    def __init__(self, wanted: Wanted | None = None, checks: LayerChecks | None = None,
+                 cancelled_at: Callable[[int], float | None] | None = None):
         self._wanted: Wanted = wanted or all_wanted
         self.checks = checks
-        self.clock = ItemClock()
+        self.clock = ItemClock(cancelled_at)
         self._parent: CallGuard | None = None
         self._owners: Sequence[Sequence[int]] | None = None  # None: the parent's own indices
         self.abandoned_passes = 0
@@ -130,6 +142,12 @@ class CallGuard:
     def seconds(self) -> dict[int, float]:
         """Pass seconds per index (of the root, for any guard of the family)."""
         return self._root().clock.seconds
+
+    @property
+    def seconds_after_cancel(self) -> dict[int, float]:
+        """The part of :attr:`seconds` that ran after the index was cancelled (root's
+        ``cancelled_at``)."""
+        return self._root().clock.after
 
     def _root(self) -> CallGuard:
         return self if self._parent is None else self._parent._root()
@@ -158,18 +176,23 @@ class CallGuard:
         """Is any of `items` wanted? When none is, they are counted as skipped."""
         return bool(self.keep(items)) if not any(self.wanted(i) for i in items) else True
 
-    def charge(self, items: Sequence[int], weights: Sequence[float] | None, seconds: float) -> None:
-        """Add `seconds` to `items` in proportion to `weights` (equal without)."""
+    def charge(self, items: Sequence[int], weights: Sequence[float] | None, start: float,
+               end: float) -> None:
+        """Share the wall time from `start` to `end` among `items` in proportion to `weights`
+        (equal without); a child's index splits its share equally among its owners."""
         if self._parent is None:
-            self.clock.charge(items, weights, seconds)
+            self.clock.charge(items, weights, start, end)
             return
         if self._owners is None:
-            self._parent.charge(items, weights, seconds)
+            self._parent.charge(items, weights, start, end)
             return
-        local = ItemClock()
-        local.charge(items, weights, seconds)
-        for r, t in local.seconds.items():
-            self._parent.charge(self._owners[r], None, t)
+        w = list(weights) if weights is not None and sum(weights) > 0 else [1.0] * len(items)
+        owners: list[int] = []
+        shares: list[float] = []
+        for r, x in zip(items, w):
+            owners += self._owners[r]
+            shares += [x / len(self._owners[r])] * len(self._owners[r])
+        self._parent.charge(owners, shares, start, end)
 
     @contextmanager
     def forward(self, items: Sequence[int], weights: Sequence[float] | None = None
@@ -191,4 +214,4 @@ class CallGuard:
             self._root().abandoned_passes += 1
             raise
         finally:
-            self.charge(items, weights, time.perf_counter() - start)
+            self.charge(items, weights, start, time.perf_counter())

@@ -196,7 +196,13 @@ WORK_ABANDONED = Metric(
     "passed), in `unit`: `dropped` was never computed, `wasted` was computed for nobody (the "
     "chunk that was running when the request was cancelled).", ["model", "unit", "kind"])
 
+WORK_SECONDS = Metric(
+    "counter", "dialscore_work_seconds_total",
+    "Engine time of a model replica, in seconds: `busy` all of it, `wasted` the part spent on "
+    "requests cancelled before their answer (client gone or deadline passed), `orphan` the part "
+    "of that computed after the cancel, for nobody.", ["model", "kind"])
+
 #: Every metric, for the dashboard test and documentation.
 ALL: tuple[Metric, ...] = (REQUESTS, ERRORS, LATENCY, ITEMS, TOKENS, BATCH_SIZE, BATCH_REQUESTS,
                            BATCH_TOKENS, PADDING_WASTE, REUSED_TOKENS, IN_FLIGHT, SLOW_CLIENTS, WORK_IN_FLIGHT,
-                           WORK_DONE, WORK_ABANDONED)
+                           WORK_DONE, WORK_ABANDONED, WORK_SECONDS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+import time
 
 import pytest
 
@@ -153,8 +154,9 @@ def test_a_request_cancelled_mid_call_stops_the_engine_and_counts_only_what_ran(
         passes.clear()
 
         def on_pass(*_):
-            if len(passes) == cancel_at:
-                large[0].cancelled = True  # what run_in_turn does when its caller is cancelled
+            if len(passes) == cancel_at:  # what run_in_turn does when its caller is cancelled
+                large[0].cancelled_at = time.perf_counter()
+                large[0].cancelled = True
 
         handle = engine.model.base_model.register_forward_pre_hook(on_pass)
         try:
@@ -173,6 +175,8 @@ def test_a_request_cancelled_mid_call_stops_the_engine_and_counts_only_what_ran(
     after = serving.ledger.stats.snapshot()
     call_s = after["busy_s"] - before["busy_s"]
     assert 0 < after["wasted_s"] < call_s
+    # after the cancel only the pass then running (shared with the small request) is charged
+    assert 0 < after["orphan_s"] < after["wasted_s"]
 
 
 def test_the_next_chunk_is_queued_while_the_current_one_runs():

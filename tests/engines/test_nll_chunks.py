@@ -110,6 +110,7 @@ def test_a_cancelled_request_drops_its_remaining_chunks():
     assert stats["wasted"] == 20 and stats["dropped"] == 80
     assert stats["done"] == 0 and stats["in_flight"] == 0
     assert stats["wasted_s"] == pytest.approx(stats["busy_s"])
+    assert 0 < stats["orphan_s"] < stats["wasted_s"]  # the call went on after the cancel
 
 
 def test_a_batching_runner_interleaves_chunks_of_concurrent_requests():

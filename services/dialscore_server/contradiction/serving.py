@@ -42,13 +42,13 @@ class Detector(Engine, Protocol):
 @dataclass
 class Work:
     """One chunk of an admitted job and the NLI pairs it costs (at least 1, so an empty chunk
-    still counts in a batch). `started`/`cancelled` are set by the replica: the chunk's engine
-    call began; nobody waits for the chunk any more."""
+    still counts in a batch). `started`/`cancelled`/`cancelled_at` as fair_chunks.Chunk."""
 
     job: DetectionJob
     pairs: int
     started: bool = False
     cancelled: bool = False
+    cancelled_at: float = 0.0
 
     @property
     def cost(self) -> int:
@@ -117,8 +117,9 @@ class ContradictionServing:
         guard = call_guard(works)
         start = time.perf_counter()
         outputs = self.engine.detect_many([w.job for w in works], guard)
-        compute = time.perf_counter() - start
-        self.ledger.called(works, compute, charged(guard, len(works)))
+        end = time.perf_counter()
+        compute = end - start
+        self.ledger.called(works, start, end, charged(guard, len(works)))
         return [abandoned_reply() if out is None else
                 Reply(value=list(out), batch_requests=len(works), compute_s=compute)
                 for out in outputs]

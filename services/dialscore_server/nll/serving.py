@@ -68,12 +68,14 @@ CHUNK_TOKENS = 2048
 class Work:
     """One chunk of an admitted request, already encoded: what waits for an engine call.
     `tokens` is its cost (the items' tokens, at least 1), capped at the replica's
-    max_batch_tokens where Serve sizes batches; `started`/`cancelled` as fair_chunks.Chunk."""
+    max_batch_tokens where Serve sizes batches; `started`/`cancelled`/`cancelled_at` as
+    fair_chunks.Chunk."""
 
     encoded: list[EncodedItem]
     tokens: int
     started: bool = False
     cancelled: bool = False
+    cancelled_at: float = 0.0
 
     @property
     def cost(self) -> int:
@@ -163,8 +165,9 @@ class NLLServing:
         start = time.perf_counter()
         results, stats = self.engine.score_encoded(
             flat, guard.over([[k] for k, w in enumerate(works) for _ in w.encoded]))
-        compute = time.perf_counter() - start
-        self.ledger.called(works, compute, charged(guard, len(works)))
+        end = time.perf_counter()
+        compute = end - start
+        self.ledger.called(works, start, end, charged(guard, len(works)))
         replies: list[Reply[Scored]] = []
         pos, reported = 0, False
         for w in works:
