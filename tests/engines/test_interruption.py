@@ -233,3 +233,30 @@ def test_detector_jobs_left_out_get_none(nli):
     works[0].cancelled = True
     replies = serving.run(works)
     assert replies[-1].value == want[1]
+
+
+def test_classifier_rows_nobody_wants_leave_a_running_pass(nli):
+    """A pass shared by live and cancelled pairs: at the next layer the cancelled rows are cut
+    out of the encoder's tensors (fewer rows reach the later layers), the live ones finish alone
+    with the same probabilities, and the cancelled ones get NaN."""
+    clf = NLIPairClassifier(nli.config, nli, token_budget=100_000, num_threads=1)
+    layers = list(clf.model.roberta.encoder.layer)
+    assert len(layers) >= 2
+    rng = random.Random(2)
+    words = "i you have a dog cat never like fish not do went home today".split()
+    pairs = [(" ".join(rng.choices(words, k=rng.randint(3, 12))),
+              " ".join(rng.choices(words, k=rng.randint(3, 12)))) for _ in range(24)]
+    want = clf.contradiction_probs(pairs)
+    rows_seen: list[int] = []  # rows entering each layer (hooked after the engine's checks)
+    for layer in layers:
+        layer.register_forward_pre_hook(lambda _m, args: rows_seen.append(args[0].shape[0]))
+    dropped = set(range(0, 24, 3))
+    guard = CallGuard(lambda i: not (rows_seen and i in dropped))  # from the 2nd layer on
+    got = clf.contradiction_probs(pairs, guard)
+    assert rows_seen[0] == 24 and rows_seen[1] == 24 - len(dropped)
+    assert guard.abandoned_passes == 0
+    for i, (a, b) in enumerate(zip(got, want)):
+        if i in dropped:
+            assert a != a
+        else:
+            assert a == pytest.approx(b, abs=TOL)

@@ -292,11 +292,13 @@ class NLIPairClassifier:
                 if self.use_token_types:
                     inputs["token_type_ids"] = types.to(device)
                 try:
-                    with guard.forward(batch, [r.cost for r in chosen]):
+                    with guard.forward(batch, [r.cost for r in chosen], shed=True) as watch:
                         logits = self.model(**inputs).logits.float()
                 except PassAbandoned:
                     continue
-                for i, p in zip(batch, torch.softmax(logits, dim=-1).tolist()):
+                # Rows nobody wanted any more may have left the pass (watch.kept: those still in).
+                rows_out = [batch[p] for p in watch.kept]
+                for i, p in zip(rows_out, torch.softmax(logits, dim=-1).tolist()):
                     probs[i] = p
                 stats.batches += 1
                 stats.forward_passes += 1
