@@ -3,9 +3,11 @@ pairing plan and turn ids), cut it into chunks of about ``chunk_pairs`` NLI pair
 dialogues; a dialogue's pairs are never split), run merged chunks of many jobs through the
 detector in one call, put each job's answer back together.
 
-Fair sharing and no orphan work as :mod:`dialscore_server.fair_chunks` describes: a job's chunks
-go to the detector one at a time, so a small request admitted behind a large one waits for about
-one chunk, and a cancelled request's chunks not yet computed are dropped; the ledger counts pairs.
+Fair sharing and no orphan work as :mod:`dialscore_server.fair_chunks` describes: a job has at
+most one chunk running and one queued, so a small request admitted behind a large one waits for
+about one chunk; a cancelled request's chunks not yet computed are dropped and its pairs leave the
+running call at the next pass or layer (:mod:`dialscore_server.interruption`); the ledger counts
+pairs.
 
 The Serve deployment (deployment.py) wraps this with ``@serve.batch``; tests run it in-process
 over a fake classifier.

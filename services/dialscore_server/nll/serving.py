@@ -2,9 +2,10 @@
 it), cut it into chunks of about ``chunk_tokens`` tokens, run merged chunks of many requests
 through the engine in one call, put each request's answer back together.
 
-Fair sharing and no orphan work as :mod:`dialscore_server.fair_chunks` describes: a request's
-chunks go to the engine one at a time, so a small request waits for about one chunk of a large
-one, and a cancelled request's chunks not yet computed are dropped. A chunk is consecutive items
+Fair sharing and no orphan work as :mod:`dialscore_server.fair_chunks` describes: a request has
+at most one chunk running and one queued, so a small request waits for about one chunk of a large
+one; a cancelled request's chunks not yet computed are dropped and its running chunk stops at the
+engine's next pass or layer (:mod:`dialscore_server.interruption`). A chunk is consecutive items
 (never a part of one); a cut is placed between items with different sources where one is near,
 so items sharing a context stay in one engine call and keep their prefix reuse.
 
@@ -185,7 +186,7 @@ class NLLServing:
     async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
                     runner: Runner | None = None) -> Reply[Scored]:
         """The whole path of one request: admit it (off the event loop: tokenizing is CPU work),
-        hand its chunks to `runner` (default :attr:`run_alone`) one after the other, join the
+        hand its chunks to `runner` (default :attr:`run_alone`) in turn, join the
         answers, add token strings when asked. Cancelling the caller drops what is left."""
         started = time.perf_counter()
         try:
