@@ -17,6 +17,7 @@ import uvicorn
 from dialscore_server import metrics
 from dialscore_server.gateway.embedded import free_port
 from dialscore_server.gateway.proxy_guard import GuardedHttpToolsProtocol
+from raw_socket import read_until_closed
 
 
 async def app(scope, receive, send):
@@ -60,20 +61,6 @@ def request(sock: socket.socket) -> bytes:
     return answer
 
 
-def until_closed(sock: socket.socket, seconds: float) -> tuple[bytes, float]:
-    start, answer = time.monotonic(), b""
-    sock.settimeout(0.2)
-    while time.monotonic() - start < seconds:
-        try:
-            chunk = sock.recv(65536)
-        except TimeoutError:
-            continue
-        if not chunk:
-            break
-        answer += chunk
-    return answer, time.monotonic() - start
-
-
 def count(kind: str) -> float:
     return metrics.SLOW_CLIENTS._prom.labels(kind)._value.get()
 
@@ -82,11 +69,11 @@ def test_a_request_whose_headers_are_late_gets_a_408(server):
     before = count("headers")
     with socket.create_connection(("127.0.0.1", server), timeout=10) as sock:
         sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # the blank line never comes
-        answer, waited = until_closed(sock, 5)
+        answer, waited = read_until_closed(sock, 30)
     assert answer.startswith(b"HTTP/1.1 408"), answer
     body = json.loads(answer.split(b"\r\n\r\n", 1)[1])
     assert body["error"]["type"] == "timeout" and body["error"]["param"] == "headers"
-    assert 0.8 < waited < 4
+    assert 0.8 < waited < 30  # not before the deadline; never a hang (a busy machine is slow)
     assert count("headers") == before + 1
 
 
@@ -95,8 +82,8 @@ def test_a_connection_that_sends_nothing_is_closed_and_a_kept_alive_one_is_not(s
     with socket.create_connection(("127.0.0.1", server), timeout=10) as idle, \
             socket.create_connection(("127.0.0.1", server), timeout=10) as kept:
         assert request(kept).startswith(b"HTTP/1.1 200")
-        answer, waited = until_closed(idle, 5)
-        assert answer == b"" and waited < 4
+        answer, waited = read_until_closed(idle, 30)
+        assert answer == b"" and 0.8 < waited < 30
         time.sleep(1.5)  # past the header deadline: a kept-alive connection is not a late one
         assert request(kept).startswith(b"HTTP/1.1 200")
     assert count("idle") == before + 1
@@ -113,7 +100,7 @@ def test_connections_beyond_the_cap_get_a_503_and_earlier_ones_are_served(server
             assert answer.startswith(b"HTTP/1.1 503"), answer
             assert b"retry-after: 1" in answer.lower()
             assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["type"] == "overloaded"
-            assert until_closed(c, 3)[0] == b""  # then closed
+            assert read_until_closed(c, 3)[0] == b""  # then closed
         assert request(a).startswith(b"HTTP/1.1 200")  # admitted ones still served
     assert count("connections") == before + 1
     with socket.create_connection(("127.0.0.1", server), timeout=10) as d:

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from raw_socket import read_until_closed
 from serve_apps import ONE_THREAD, app_args, deploy_app
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
@@ -62,22 +63,6 @@ def test_a_trickled_body_gets_a_408_after_body_timeout(served, stand_ins):
         ok = httpx.post(f"{app.url}/v1/nll", json={"model": "dialogpt-medium", "items": [
             {"context": ["Hi"], "target": "Hello"}]}, timeout=60)
         assert ok.status_code == 200, ok.text[:300]
-
-
-def read_until_closed(sock: socket.socket, seconds: float) -> tuple[bytes, float]:
-    """What the server sends until it closes the connection (or `seconds` pass), and when."""
-    start = time.monotonic()
-    answer = b""
-    sock.settimeout(0.5)
-    while time.monotonic() - start < seconds:
-        try:
-            chunk = sock.recv(65536)
-        except TimeoutError:
-            continue
-        if not chunk:
-            break
-        answer += chunk
-    return answer, time.monotonic() - start
 
 
 def test_trickled_headers_get_a_408_from_the_proxy(served):
