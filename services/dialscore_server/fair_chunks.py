@@ -26,16 +26,17 @@ import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from dialscore_server import metrics
 from dialscore_server.contract.errors import ServiceError
 from dialscore_server.contract.reply import BatchReport, Reply
 from dialscore_server.interruption import CallGuard
 
-__all__ = ["Chunk", "ChunkReplies", "WorkLedger", "WorkStats", "abandoned_reply", "call_guard",
-           "charged", "one_call_at_a_time", "run_in_turn"]
+__all__ = ["Chunk", "ChunkReplies", "EngineThread", "WorkLedger", "WorkStats", "abandoned_reply",
+           "call_guard", "charged", "one_call_at_a_time", "run_in_turn"]
 
 T = TypeVar("T")
 C = TypeVar("C", bound="Chunk")
@@ -185,19 +186,31 @@ def charged(guard: CallGuard, chunks: int) -> list[tuple[float, float]]:
             for k in range(chunks)]
 
 
-def one_call_at_a_time(run: Callable[[Sequence[C]], Sequence[Reply[T]]]
+class EngineThread:
+    """The one long-lived thread that runs a replica's engine calls.
+
+    A replica's engine calls never overlap (Serve runs one batch at a time), so one thread is
+    enough; keeping it the same thread keeps one OpenMP thread team for PyTorch's CPU kernels
+    (each OS thread that calls into them starts a team of its own: calls hopping between
+    ``asyncio.to_thread``'s pool threads would start several) and the thread's own settings
+    (``torch.set_num_threads`` is per thread)."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dialscore-engine")
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the engine thread, awaited from the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+
+def one_call_at_a_time(thread: EngineThread, run: Callable[[Sequence[C]], Sequence[Reply[T]]]
                        ) -> Callable[[C], Awaitable[Reply[T]]]:
     """A runner for a serving used without ``@serve.batch`` (in-process, tests): each chunk is
-    its own call of `run`, off the event loop, one call at a time as a replica runs its batches
-    (a request's next chunk, sent when the current one begins, waits its turn)."""
-    lock = threading.Lock()
-
-    def call(chunk: C) -> Reply[T]:
-        with lock:
-            return run([chunk])[0]
+    its own call of `run` on the engine `thread`, so calls run one at a time as a replica runs its
+    batches (a request's next chunk, sent when the current one begins, waits its turn)."""
 
     async def run_alone(chunk: C) -> Reply[T]:
-        return await asyncio.to_thread(call, chunk)
+        return (await thread.run(run, [chunk]))[0]
 
     return run_alone
 

@@ -205,7 +205,7 @@ def test_the_next_chunk_is_queued_while_the_current_one_runs():
             return super().score_encoded(encoded, guard)
 
     serving = NLLServing(Engine(card), max_batch_tokens=8192, chunk_tokens=20)
-    run = one_call_at_a_time(serving.run)
+    run = one_call_at_a_time(serving.engine_thread, serving.run)
 
     async def runner(work):
         sent.append(work)

@@ -259,6 +259,10 @@ class NLIPairClassifier:
         time (a row shared by identical pairs splits its share among them)."""
         import torch
 
+        # Per-thread, as in the NLL engine: the served path calls from the replica's engine
+        # thread, which inherits Ray's OMP_NUM_THREADS (1 for fractional CPUs).
+        torch.set_num_threads(self.threads)
+
         stats = BatchStats(items=len(encoded), item_tokens=sum(e.cost for e in encoded),
                            truncated=sum(e.truncated for e in encoded))
         unique: dict[EncodedPair, int] = {}

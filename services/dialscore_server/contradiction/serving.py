@@ -26,7 +26,8 @@ from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.pairing import DetectionJob, DetectionResult, plan_pairs
 from dialscore_server.fair_chunks import (
-    WorkLedger, abandoned_reply, call_guard, charged, one_call_at_a_time, run_in_turn,
+    EngineThread, WorkLedger, abandoned_reply, call_guard, charged, one_call_at_a_time,
+    run_in_turn,
 )
 from dialscore_server.interruption import CallGuard
 
@@ -93,8 +94,9 @@ class ContradictionServing:
         self.chunk_pairs = max(1, min(chunk_pairs, max_batch_pairs))
         self._card = engine.card()
         self.ledger = WorkLedger(model or self._card.name, "pairs")
+        self.engine_thread = EngineThread()
         #: The runner used without ``@serve.batch``: one chunk per engine call, one at a time.
-        self.run_alone = one_call_at_a_time(self.run)
+        self.run_alone = one_call_at_a_time(self.engine_thread, self.run)
 
     def card(self) -> ModelCard:
         return self._card
@@ -125,6 +127,10 @@ class ContradictionServing:
         return [abandoned_reply() if out is None else
                 Reply(value=list(out), batch_requests=len(works), compute_s=compute)
                 for out in outputs]
+
+    async def call(self, works: Sequence[Work]) -> list[Reply[list[DetectionResult]]]:
+        """:meth:`run` on the engine thread, awaited (what a batching runner calls)."""
+        return await self.engine_thread.run(self.run, works)
 
     async def detect(self, job: DetectionJob, runner: Runner | None = None
                      ) -> Reply[list[DetectionResult]]:

@@ -229,8 +229,9 @@ class NLLEngine:
         import torch
 
         # OpenMP's thread count is a per-thread setting: the served path calls this method from
-        # asyncio.to_thread workers, which otherwise inherit OMP_NUM_THREADS (Ray sets it to the
-        # replica's num_cpus, 1 for fractional CPUs) and would run MKL/oneDNN on one thread.
+        # the replica's engine thread (fair_chunks.EngineThread), which otherwise inherits
+        # OMP_NUM_THREADS (Ray sets it to the replica's num_cpus, 1 for fractional CPUs) and would
+        # run MKL/oneDNN on one thread.
         torch.set_num_threads(self.threads)
         stats = BatchStats(items=len(encoded))
         results: list[NLLResult | None] = [None] * len(encoded)

@@ -27,7 +27,8 @@ from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
 from dialscore_server.fair_chunks import (
-    WorkLedger, abandoned_reply, call_guard, charged, one_call_at_a_time, run_in_turn,
+    EngineThread, WorkLedger, abandoned_reply, call_guard, charged, one_call_at_a_time,
+    run_in_turn,
 )
 from dialscore_server.interruption import CallGuard
 from dialscore_server.nll.completions import Completed, build_choice
@@ -128,8 +129,9 @@ class NLLServing:
         self.chunk_tokens = max(1, min(chunk_tokens, max_batch_tokens))
         self._card = engine.card()
         self.ledger = WorkLedger(model or self._card.name, "tokens")
+        self.engine_thread = EngineThread()
         #: The runner used without ``@serve.batch``: one chunk per engine call, one at a time.
-        self.run_alone = one_call_at_a_time(self.run)
+        self.run_alone = one_call_at_a_time(self.engine_thread, self.run)
 
     def card(self) -> ModelCard:
         return self._card
@@ -182,6 +184,10 @@ class NLLServing:
                                  batch_requests=len(works), compute_s=compute))
             reported = True
         return replies
+
+    async def call(self, works: Sequence[Work]) -> list[Reply[Scored]]:
+        """:meth:`run` on the engine thread, awaited (what a batching runner calls)."""
+        return await self.engine_thread.run(self.run, works)
 
     async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
                     runner: Runner | None = None) -> Reply[Scored]:
