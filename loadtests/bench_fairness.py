@@ -21,7 +21,9 @@ One classifier replica (stand-in NLI, 2 threads). Phases, each --seconds long:
    default max_request_pairs) run back to back on the same replica.
 3. *abandoned*: large requests whose client gives up after 1 s (read timeout), back to back,
    beside the stream: the replica's ``wasted_s / busy_s`` (engine time spent on chunks whose
-   request was already cancelled) and the pairs dropped unseen.
+   request was cancelled before their answer, including the part computed while the client still
+   waited), ``orphan_s / busy_s`` (the part computed after the cancel, for nobody: the goal is 0)
+   and the work dropped unseen.
 
 ``--chunk-pairs 4096`` makes chunks as large as a batch may be (the replica's max_batch_pairs), so
 a large request is 4 indivisible engine calls: roughly the behaviour before chunking. Loopback
@@ -166,13 +168,16 @@ def measure(url: str, args: argparse.Namespace) -> None:
               f"{args.rate:g}/s for {args.seconds:g} s; large: /v1/contradiction 16,384 pairs back "
               "to back")
     print(f"{'phase':<16s} {'n':>4s} {'p50 s':>7s} {'p99 s':>7s} {'large':>5s} {'busy s':>7s} "
-          f"{'wasted s':>8s} {'wasted %':>8s} {'dropped':>8s}  (dropped in {'tokens' if nll else 'pairs'})")
+          f"{'wasted s':>8s} {'wasted %':>8s} {'orphan %':>8s} {'dropped':>8s}  "
+          f"(dropped in {'tokens' if nll else 'pairs'})")
     for name, large, give_up in [("alone", False, None), ("beside large", True, None),
                                  ("large abandoned", True, 1.0)]:
         lat, n_large, d = asyncio.run(phase(large, give_up))
         share = d["wasted_s"] / d["busy_s"] if d["busy_s"] else 0.0
+        orphan = d["orphan_s"] / d["busy_s"] if d["busy_s"] else 0.0
         print(f"{name:<16s} {len(lat):4d} {pct(lat, 50):7.3f} {pct(lat, 99):7.3f} {n_large:5d} "
-              f"{d['busy_s']:7.2f} {d['wasted_s']:8.2f} {100 * share:7.1f}% {int(d['dropped']):8d}")
+              f"{d['busy_s']:7.2f} {d['wasted_s']:8.2f} {100 * share:7.1f}% {100 * orphan:7.1f}% "
+              f"{int(d['dropped']):8d}")
 
 
 if __name__ == "__main__":

@@ -99,6 +99,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-candidates", type=int, default=256)
     p.add_argument("--max-callers", type=int, default=16)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--curves", default="items,context,candidates,callers",
+                   help="comma-separated curves to measure (default: all four)")
     p.add_argument("--out", default=str(FIGURES), help="folder for cost_*.png and cost_curves.json")
     args = p.parse_args(argv)
 
@@ -144,23 +146,27 @@ def main(argv=None) -> int:
         curves[name] = data
 
     print(f"{args.model} {args.dtype}, {args.threads} threads, window {window}, best of {args.reps}")
-    n_items = powers(1, args.max_items)
-    curve("items", n_items, lambda n: [EncodedItem(ids(48), ids(16), False) for _ in range(n)],
-          unit=lambda n: n)
-    lengths = powers(16, window - 16)
-    curve("context", lengths, lambda L: [EncodedItem(ids(L), ids(16), False) for _ in range(8)],
-          unit=lambda L: 8 * (L + 16))
+    wanted = set(args.curves.split(","))
+    if "items" in wanted:
+        n_items = powers(1, args.max_items)
+        curve("items", n_items, lambda n: [EncodedItem(ids(48), ids(16), False) for _ in range(n)],
+              unit=lambda n: n)
+    if "context" in wanted:
+        lengths = powers(16, window - 16)
+        curve("context", lengths, lambda L: [EncodedItem(ids(L), ids(16), False) for _ in range(8)],
+              unit=lambda L: 8 * (L + 16))
     ctx = min(256, window - 16)
-    shared = ids(ctx)
-    cands = powers(1, args.max_candidates)
-    curve("candidates", cands, lambda k: [EncodedItem(shared, ids(16), False) for _ in range(k)],
-          engine_of=lambda k, v: engines[v == "reuse on"], variants=("reuse on", "reuse off"),
-          unit=lambda k: k)
+    if "candidates" in wanted:
+        shared = ids(ctx)
+        cands = powers(1, args.max_candidates)
+        curve("candidates", cands, lambda k: [EncodedItem(shared, ids(16), False) for _ in range(k)],
+              engine_of=lambda k, v: engines[v == "reuse on"], variants=("reuse on", "reuse off"),
+              unit=lambda k: k)
 
     # Concurrent callers: C threads call the engine at once; a lock serialises engine calls, as a
     # replica's single engine does.
     lock = threading.Lock()
-    callers = powers(1, args.max_callers)
+    callers = powers(1, args.max_callers) if "callers" in wanted else []
     data = {"x": callers, "variants": {"engine": {"seconds": [], "peak_mib": []}}}
     for c in callers:
         batches = [[EncodedItem(ids(48), ids(16), False) for _ in range(16)] for _ in range(c)]
@@ -180,7 +186,8 @@ def main(argv=None) -> int:
         data["variants"]["engine"]["peak_mib"].append(mem)
         print(f"  callers    {'':9s} x={c:5d}  {t:8.4f} s  {t / c * 1e3:8.3f} ms/caller  peak +{mem:7.1f} MiB",
               flush=True)
-    curves["callers"] = data
+    if callers:
+        curves["callers"] = data
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -206,7 +213,7 @@ def main(argv=None) -> int:
         fig.savefig(out / f"cost_{name}.png", dpi=90)
         plt.close(fig)
     (out / "cost_curves.json").write_text(json.dumps({"args": vars(args), "curves": curves}, indent=1))
-    print(f"figures: {out}/cost_{{items,context,candidates,callers}}.png")
+    print(f"figures: {out}/cost_{{{','.join(curves)}}}.png")
     return 0
 
 

@@ -41,6 +41,7 @@ from dialscore_server.contradiction.engine import ContradictionDetector
 from dialscore_server.contradiction.serving import ContradictionServing
 from dialscore_server.gateway.app import create_app
 from dialscore_server.gateway.deployment import HandleBackend
+from dialscore_server.interruption import CallGuard
 from dialscore_server.nll.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine import NLLResult
 from dialscore_server.nll.serving import NLLServing
@@ -125,9 +126,13 @@ class FakeNLLEngine:
         source = _word_ids(" ".join(item.context or ()) + " " + (item.knowledge or item.source or ""))
         return FakeEncoded(source or (0,), target, False, item=item_json(item))
 
-    def score_encoded(self, encoded: Sequence[FakeEncoded]) -> tuple[list[NLLResult], BatchStats]:
-        results = []
-        for e in encoded:
+    def score_encoded(self, encoded: Sequence[FakeEncoded], guard: CallGuard | None = None
+                      ) -> tuple[list[NLLResult | None], BatchStats]:
+        results: list[NLLResult | None] = []
+        for i, e in enumerate(encoded):
+            if guard is not None and not guard.wanted(i):
+                results.append(None)  # as the real engine: an item nobody wants is left out
+                continue
             nll = self.scorer(self._card.name, e.item or {})
             results.append(NLLResult(nll=nll, token_nlls=[nll] * len(e.target_ids),
                                      token_ids=list(e.target_ids), num_tokens=len(e.target_ids),

@@ -3,15 +3,21 @@ requests cut into chunks (NLL items by tokens, NLI dialogues by pairs).
 
 A request is admitted as a list of chunks, each costing about the endpoint's chunk size in its
 unit of work. :func:`run_in_turn` hands them to the replica's runner (a ``@serve.batch`` method)
-one at a time, waiting for each before sending the next, so every waiting request has at most one
-chunk in the replica's queue: a batch merges one chunk of each waiting request (round-robin), and
-a small request admitted behind a large one waits for about one chunk, not for all of it.
+in order, sending the next chunk as soon as the engine call of the previous one begins: every
+request has at most one chunk running and one waiting in the replica's queue. A batch therefore
+merges one chunk of each waiting request (round-robin), a small request admitted behind a large
+one waits for about one chunk, not for all of it, and the replica never idles between two chunks
+of a request (the next one is already queued when a call ends).
 
 When the request is cancelled (the client went away, or the gateway's deadline passed and it
-cancelled the call), its chunks not yet sent are never computed (``dropped``); a chunk still
-queued is removed by Serve; only the chunk already running finishes, for nobody (``wasted``).
-:class:`WorkLedger` counts both, in its unit, in :class:`WorkStats` and the ``dialscore_work_*``
-metrics; ``wasted_s / busy_s`` is the share of replica time nobody waited for.
+cancelled the call), its chunks not yet sent are never computed and its queued chunk is removed
+by Serve (``dropped``); a chunk whose engine call is running is marked ``cancelled``, and the
+engine stops computing it at its next forward pass or layer (:mod:`dialscore_server.interruption`).
+Engine time spent on chunks cancelled by the end of their call is ``wasted`` (their answers are
+never delivered); the part of it that ran after the cancel is ``orphan``: time nobody waited for.
+:class:`WorkLedger` counts work in its unit and time in :class:`WorkStats` and the
+``dialscore_work_*`` metrics; ``orphan_s / busy_s`` is the share of replica time nobody waited
+for, ``wasted_s / busy_s`` adds the time spent on a request before its client left.
 """
 
 from __future__ import annotations
@@ -20,13 +26,17 @@ import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from dialscore_server import metrics
+from dialscore_server.contract.errors import ServiceError
 from dialscore_server.contract.reply import BatchReport, Reply
+from dialscore_server.interruption import CallGuard
 
-__all__ = ["Chunk", "ChunkReplies", "WorkLedger", "WorkStats", "run_in_turn"]
+__all__ = ["Chunk", "ChunkReplies", "EngineThread", "WorkLedger", "WorkStats", "abandoned_reply",
+           "call_guard", "charged", "one_call_at_a_time", "run_in_turn"]
 
 T = TypeVar("T")
 C = TypeVar("C", bound="Chunk")
@@ -35,18 +45,21 @@ How = Literal["done", "wasted", "dropped"]
 
 class Chunk(Protocol):
     """One chunk of an admitted request. `cost`: its work in the ledger's unit (at least 1);
-    `started`/`cancelled` are set here: its engine call began; nobody waits for it any more."""
+    `started`/`cancelled`/`cancelled_at` are set here: its engine call began; nobody waits for it
+    any more, since that moment (``time.perf_counter``)."""
 
     cost: int
     started: bool
     cancelled: bool
+    cancelled_at: float
 
 
 @dataclass
 class WorkStats:
     """What a replica computed, in its `unit` and in seconds of engine time (see the module
-    docstring): `done`, `wasted`, `dropped` and `in_flight` work; `busy_s` and `wasted_s` engine
-    time; `chunks` computed in `calls` engine calls."""
+    docstring): `done`, `wasted`, `dropped` and `in_flight` work; `busy_s` engine time, of which
+    `wasted_s` went to chunks cancelled by the end of their call and `orphan_s` ran after their
+    cancel (:meth:`WorkLedger.called`); `chunks` computed in `calls` engine calls."""
 
     unit: str
     done: int = 0
@@ -55,6 +68,7 @@ class WorkStats:
     in_flight: int = 0
     busy_s: float = 0.0
     wasted_s: float = 0.0
+    orphan_s: float = 0.0
     chunks: int = 0
     calls: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -71,6 +85,17 @@ class WorkLedger:
     def __init__(self, model: str, unit: str):
         self.model, self.unit = model, unit
         self.stats = WorkStats(unit)
+        self._on_start: dict[int, Callable[[], None]] = {}
+        self._on_start_lock = threading.Lock()
+
+    def when_started(self, chunk: Chunk, callback: Callable[[], None]) -> None:
+        """Call `callback` (from the engine's thread) when `chunk`'s engine call begins."""
+        with self._on_start_lock:
+            self._on_start[id(chunk)] = callback
+
+    def forget(self, chunk: Chunk) -> None:
+        with self._on_start_lock:
+            self._on_start.pop(id(chunk), None)
 
     def admitted(self, chunks: Sequence[Chunk]) -> None:
         cost = sum(c.cost for c in chunks)
@@ -79,19 +104,43 @@ class WorkLedger:
         metrics.WORK_IN_FLIGHT.labels(self.model, self.unit).inc(cost)
 
     def started(self, chunks: Sequence[Chunk]) -> None:
-        """Mark `chunks` as running (their engine call begins)."""
+        """Mark `chunks` as running (their engine call begins) and call their start callbacks."""
         for c in chunks:
             c.started = True
+            with self._on_start_lock:
+                callback = self._on_start.pop(id(c), None)
+            if callback is not None:
+                callback()
 
-    def called(self, chunks: Sequence[Chunk], compute_s: float) -> None:
-        """One engine call computed `chunks` in `compute_s`: the share of cancelled chunks (by
-        cost) is wasted time."""
+    def called(self, chunks: Sequence[Chunk], start: float, end: float,
+               charged: Sequence[tuple[float, float]] | None = None) -> None:
+        """One engine call computed `chunks` from `start` to `end` (``time.perf_counter``).
+        `charged`: per chunk, the engine seconds spent on it and the part of those after its
+        cancel (:func:`charged`); the call's time outside its passes, or all of it without
+        `charged`, is shared by cost over the whole call. *Wasted* time: spent on chunks
+        cancelled by the end of the call (their answers are never delivered); *orphan* time: the
+        part of it after the cancel, when nobody waited any more."""
+        compute_s = end - start
         total = sum(c.cost for c in chunks) or 1
+        per_chunk = list(charged) if charged is not None else [(0.0, 0.0)] * len(chunks)
+        rest = max(0.0, compute_s - sum(t for t, _ in per_chunk))
+        wasted = orphan = 0.0
+        for c, (t, late) in zip(chunks, per_chunk):
+            if c.cancelled:
+                share = rest * c.cost / total
+                wasted += t + share
+                if compute_s > 0:
+                    late += share * (end - min(end, max(start, c.cancelled_at))) / compute_s
+                orphan += late
         with self.stats._lock:
             self.stats.busy_s += compute_s
             self.stats.calls += 1
             self.stats.chunks += len(chunks)
-            self.stats.wasted_s += compute_s * sum(c.cost for c in chunks if c.cancelled) / total
+            self.stats.wasted_s += wasted
+            self.stats.orphan_s += orphan
+        metrics.WORK_SECONDS.labels(self.model, "busy").inc(compute_s)
+        metrics.WORK_SECONDS.labels(self.model, "wasted").inc(wasted)
+        metrics.WORK_SECONDS.labels(self.model, "orphan").inc(orphan)
 
     def finish(self, chunks: Sequence[Chunk], how: How) -> None:
         cost = sum(c.cost for c in chunks)
@@ -109,10 +158,10 @@ class WorkLedger:
 
 @dataclass
 class ChunkReplies(Generic[T]):
-    """What :func:`run_in_turn` got: each chunk's value in order (or the first error), summed
-    engine and queue times, the most requests one of its calls merged, and the statistics of the
-    calls whose report came with one of these chunks (each call's report comes with exactly one
-    chunk of that call)."""
+    """What :func:`run_in_turn` got: each chunk's value in order (or the first error), the summed
+    engine time of its chunks, the rest of the request's time in the replica (queue), the most
+    requests one of its calls merged, and the statistics of the calls whose report came with one
+    of these chunks (each call's report comes with exactly one chunk of that call)."""
 
     values: list[T]
     error: Reply[T] | None = None
@@ -122,35 +171,121 @@ class ChunkReplies(Generic[T]):
     batches: list[tuple[BatchReport, int]] = field(default_factory=list)
 
 
+def call_guard(chunks: Sequence[Chunk]) -> CallGuard:
+    """The guard of one engine call over `chunks` (index k = chunks[k]): a chunk is wanted until
+    it is cancelled; after the call, ``guard.seconds[k]`` is the engine time charged to it and
+    ``guard.seconds_after_cancel[k]`` the part of it that ran after the cancel."""
+    return CallGuard(lambda k: not chunks[k].cancelled,
+                     cancelled_at=lambda k: chunks[k].cancelled_at if chunks[k].cancelled else None)
+
+
+def charged(guard: CallGuard, chunks: int) -> list[tuple[float, float]]:
+    """(engine seconds, of which after the cancel) per chunk of a call, from its
+    :func:`call_guard`."""
+    return [(guard.seconds.get(k, 0.0), guard.seconds_after_cancel.get(k, 0.0))
+            for k in range(chunks)]
+
+
+class EngineThread:
+    """The one long-lived thread that runs a replica's engine calls.
+
+    A replica's engine calls never overlap (Serve runs one batch at a time), so one thread is
+    enough; keeping it the same thread keeps one OpenMP thread team for PyTorch's CPU kernels
+    (each OS thread that calls into them starts a team of its own: calls hopping between
+    ``asyncio.to_thread``'s pool threads would start several) and the thread's own settings
+    (``torch.set_num_threads`` is per thread)."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dialscore-engine")
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the engine thread, awaited from the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+
+def one_call_at_a_time(thread: EngineThread, run: Callable[[Sequence[C]], Sequence[Reply[T]]]
+                       ) -> Callable[[C], Awaitable[Reply[T]]]:
+    """A runner for a serving used without ``@serve.batch`` (in-process, tests): each chunk is
+    its own call of `run` on the engine `thread`, so calls run one at a time as a replica runs its
+    batches (a request's next chunk, sent when the current one begins, waits its turn)."""
+
+    async def run_alone(chunk: C) -> Reply[T]:
+        return (await thread.run(run, [chunk]))[0]
+
+    return run_alone
+
+
+def abandoned_reply() -> Reply:
+    """The reply for a chunk cancelled during its engine call (nobody reads it)."""
+    return Reply(error=ServiceError("timeout", "the request was cancelled; its remaining work was "
+                                               "dropped"))
+
+
 async def run_in_turn(chunks: Sequence[C], run: Callable[[C], Awaitable[Reply[T]]],
                       ledger: WorkLedger) -> ChunkReplies[T]:
-    """Send `chunks` to `run` one after the other (see the module docstring). An error reply
-    stops the request (its other chunks are dropped) and is returned as `error`. Cancelling the
-    caller drops what is left and counts the running chunk as wasted."""
+    """Send `chunks` to `run` in order, each as soon as the previous one's engine call begins
+    (see the module docstring), and gather their replies in order. An error reply stops the
+    request (its other chunks are dropped) and is returned as `error`. Cancelling the caller
+    drops what is left and marks the chunks already in an engine call as cancelled."""
     ledger.admitted(chunks)
     out: ChunkReplies[T] = ChunkReplies([])
+    loop = asyncio.get_running_loop()
+    sent: list[tuple[asyncio.Task[Reply[T]], asyncio.Event]] = []
+    begun = time.perf_counter()
+
+    def send(chunk: C) -> None:
+        began = asyncio.Event()
+        ledger.when_started(chunk, lambda: loop.call_soon_threadsafe(began.set))
+        task = asyncio.ensure_future(run(chunk))
+        # A task given up on below must not log "exception never retrieved".
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        sent.append((task, began))
+
+    def give_up(k: int, how_running: How) -> None:
+        """Stop at chunk `k`: the sent ones are cancelled (`how_running` if their call began,
+        else dropped), the rest dropped."""
+        for j, (task, _) in enumerate(sent[k:], start=k):
+            task.cancel()
+            chunks[j].cancelled_at = time.perf_counter()
+            chunks[j].cancelled = True
+            ledger.forget(chunks[j])
+            ledger.finish([chunks[j]], how_running if chunks[j].started else "dropped")
+        ledger.finish(chunks[len(sent):], "dropped")
+
     k = 0
     try:
+        if chunks:
+            send(chunks[0])
         for k, chunk in enumerate(chunks):
-            sent = time.perf_counter()
-            reply = await run(chunk)
+            task, began = sent[k]
+            if k + 1 < len(chunks):
+                if not task.done():  # queue the next chunk once this one's engine call begins
+                    waiter = asyncio.ensure_future(began.wait())
+                    try:
+                        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        waiter.cancel()
+                if not task.done() or (task.exception() is None and task.result().error is None):
+                    send(chunks[k + 1])
+            reply = await task
+            ledger.forget(chunk)
             if reply.error is not None:
-                ledger.finish(chunks[k:], "dropped")
+                ledger.finish([chunk], "dropped")
+                give_up(k + 1, "wasted")
                 out.error = reply
                 return out
             ledger.finish([chunk], "done")
             out.values.append(reply.value)  # type: ignore[arg-type]
             out.compute_s += reply.compute_s
-            out.queue_s += max(0.0, time.perf_counter() - sent - reply.compute_s)
             out.batch_requests = max(out.batch_requests, reply.batch_requests)
             out.batches += reply.batches
     except asyncio.CancelledError:
-        current = chunks[k]
-        current.cancelled = True
-        ledger.finish([current], "wasted" if current.started else "dropped")
-        ledger.finish(chunks[k + 1:], "dropped")
+        give_up(k, "wasted")
         raise
     except BaseException:  # the engine call failed: nothing more is computed for this request
-        ledger.finish(chunks[k:], "dropped")
+        give_up(k, "dropped")
         raise
+    # Chunks overlap in the queue (the next waits while the current runs): the request's queue
+    # time is its wall time outside its chunks' engine calls.
+    out.queue_s = max(0.0, time.perf_counter() - begun - out.compute_s)
     return out

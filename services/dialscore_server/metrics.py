@@ -44,6 +44,16 @@ def _in_serve_replica() -> bool:
     return context._get_internal_replica_context() is not None
 
 
+_RAY_WORKER = False
+
+
+def record_to_ray_from_this_worker() -> None:
+    """Record to Ray's metrics from this process although it is no Serve replica (Serve's HTTP
+    proxy, see gateway/proxy_guard.py): series get Ray's node tags, without replica tags."""
+    global _RAY_WORKER
+    _RAY_WORKER = True
+
+
 class Metric:
     """One metric with fixed label names, recorded to this process's registry and, inside a
     Serve replica, to Ray's metrics. ``labels(*values)`` returns a child with ``inc``, ``dec``,
@@ -75,12 +85,16 @@ class Metric:
         return self.name.removesuffix("_total") if self.kind == "counter" else self.name
 
     def _ray_metric(self) -> Any:
-        """Ray's metric, created on first use inside a Serve replica (None elsewhere)."""
+        """Ray's metric, created on first use inside a Serve replica or a process that called
+        :func:`record_to_ray_from_this_worker` (None elsewhere)."""
         if not self._ray_checked:
             with self._lock:
                 if not self._ray_checked:
-                    if _in_serve_replica():
-                        from ray.serve import metrics as serve_metrics
+                    if _in_serve_replica() or _RAY_WORKER:
+                        if _in_serve_replica():
+                            from ray.serve import metrics as serve_metrics
+                        else:
+                            from ray.util import metrics as serve_metrics  # type: ignore[no-redef]
 
                         if self.kind == "counter":
                             self._ray = serve_metrics.Counter(self.ray_name, self.doc, self.label_names)
@@ -181,8 +195,11 @@ IN_FLIGHT = Metric("gauge", "dialscore_queue_length",
 
 SLOW_CLIENTS = Metric(
     "counter", "dialscore_slow_clients_total",
-    "Requests refused because the client was too slow: `body` = the whole body did not arrive "
-    "within body_timeout_s (408).", ["kind"])
+    "Clients refused for being slow or too many: `body` = the whole body did not arrive within "
+    "body_timeout_s (408, gateway); `headers` = the headers did not arrive within "
+    "DIALSCORE_HEADER_TIMEOUT_S (408, proxy); `idle` = a new connection sent nothing within it "
+    "(closed, proxy); `connections` = a connection beyond DIALSCORE_MAX_CONNECTIONS (503, "
+    "proxy).", ["kind"])
 WORK_IN_FLIGHT = Metric(
     "gauge", "dialscore_work_in_flight",
     "Work admitted on a model replica and not yet computed or dropped, in `unit` (pairs).",
@@ -196,7 +213,13 @@ WORK_ABANDONED = Metric(
     "passed), in `unit`: `dropped` was never computed, `wasted` was computed for nobody (the "
     "chunk that was running when the request was cancelled).", ["model", "unit", "kind"])
 
+WORK_SECONDS = Metric(
+    "counter", "dialscore_work_seconds_total",
+    "Engine time of a model replica, in seconds: `busy` all of it, `wasted` the part spent on "
+    "requests cancelled before their answer (client gone or deadline passed), `orphan` the part "
+    "of that computed after the cancel, for nobody.", ["model", "kind"])
+
 #: Every metric, for the dashboard test and documentation.
 ALL: tuple[Metric, ...] = (REQUESTS, ERRORS, LATENCY, ITEMS, TOKENS, BATCH_SIZE, BATCH_REQUESTS,
                            BATCH_TOKENS, PADDING_WASTE, REUSED_TOKENS, IN_FLIGHT, SLOW_CLIENTS, WORK_IN_FLIGHT,
-                           WORK_DONE, WORK_ABANDONED)
+                           WORK_DONE, WORK_ABANDONED, WORK_SECONDS)

@@ -36,8 +36,8 @@ class SlowDetector:
             self.release.wait(self.delay)
         return [0.1] * len(pairs)
 
-    def detect_many(self, jobs):
-        return self.detector.detect_many(jobs)
+    def detect_many(self, jobs, guard=None):
+        return self.detector.detect_many(jobs, guard)
 
     def card(self) -> ModelCard:
         return ModelCard(name="fake-nli", family="classifier", source="fake", revision=None,
@@ -77,6 +77,7 @@ def test_a_cancelled_request_drops_its_remaining_chunks():
     assert stats["wasted"] == 10 and stats["dropped"] == 50
     assert stats["done"] == 0 and stats["in_flight"] == 0
     assert stats["wasted_s"] == pytest.approx(stats["busy_s"])
+    assert 0 < stats["orphan_s"] < stats["wasted_s"]  # the call went on after the cancel
 
 
 def test_a_batching_runner_interleaves_chunks_of_concurrent_requests():

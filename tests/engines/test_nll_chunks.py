@@ -89,10 +89,10 @@ class BlockingEngine(FakeNLLEngine):
         self.calls: list[int] = []
         self.release = threading.Event()
 
-    def score_encoded(self, encoded):
+    def score_encoded(self, encoded, guard=None):
         self.calls.append(len(encoded))
         self.release.wait(5.0)
-        return super().score_encoded(encoded)
+        return super().score_encoded(encoded, guard)
 
 
 def words(n: int) -> str:
@@ -110,6 +110,7 @@ def test_a_cancelled_request_drops_its_remaining_chunks():
     assert stats["wasted"] == 20 and stats["dropped"] == 80
     assert stats["done"] == 0 and stats["in_flight"] == 0
     assert stats["wasted_s"] == pytest.approx(stats["busy_s"])
+    assert 0 < stats["orphan_s"] < stats["wasted_s"]  # the call went on after the cancel
 
 
 def test_a_batching_runner_interleaves_chunks_of_concurrent_requests():

@@ -16,8 +16,15 @@ from serve_apps import ONE_THREAD, Served, app_args, deploy_app, wait_ready
 
 @pytest.fixture(scope="session")
 def served(stand_ins, sharp_stand_ins):
-    """Start Ray and the shared Serve app once per session on a free loopback port."""
+    """Start Ray and the shared Serve app once per session on a free loopback port. The proxy's
+    header deadline is 3 s (default 10) so that test_slow_clients sees it soon; no other test
+    opens a connection and waits that long before its headers are complete."""
+    import os
+
     from dialscore_server.gateway.embedded import serve_locally
+    from dialscore_server.gateway.proxy_guard import HEADER_TIMEOUT_VARIABLE
+
+    os.environ.setdefault(HEADER_TIMEOUT_VARIABLE, "3")
 
     sharp = sharp_stand_ins
     args = app_args(stand_ins, models=[

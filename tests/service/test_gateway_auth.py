@@ -85,3 +85,44 @@ def test_token_comparison_is_constant_time_and_exact(monkeypatch):
     assert not auth.authorized("s3cret", "/v1/nll", "Bearer s3cret\u00e9")   # non-ASCII: no crash
     assert not auth.authorized("s3cret", "/v1/nll", None)
     assert len(calls) == 4 and all(isinstance(a, bytes) for a, _ in calls)
+
+
+def _sample(text: str, name: str, **labels: str) -> float:
+    """The value of one sample of the Prometheus text `text` (0 when absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            got = ",".join(sorted(line[len(name) + 1:line.index("}")].split(",")))
+            if got == want:
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_requests_are_counted_by_endpoint_status_and_error_type():
+    """The gateway's observer (gateway/observe.py): one count per answered request, labelled with
+    the documented path (else `other`), the status and the error type of error answers, 401s
+    included."""
+    app = FakeAPI(token="s3cret").app
+    auth = {"Authorization": "Bearer s3cret"}
+
+    def metrics_text() -> str:
+        return _get(app, "/metrics", auth).text
+
+    before = metrics_text()
+    counts = {
+        ("/v1/models", "200"): 2, ("/v1/models", "401"): 1, ("other", "404"): 1,
+    }
+    for _ in range(2):
+        assert _get(app, "/v1/models", auth).status_code == 200
+    assert _get(app, "/v1/models").status_code == 401
+    assert _get(app, "/no/such/path", auth).status_code == 404
+    after = metrics_text()
+    for (endpoint, status), n in counts.items():
+        got = (_sample(after, "dialscore_requests_total", endpoint=endpoint, status=status)
+               - _sample(before, "dialscore_requests_total", endpoint=endpoint, status=status))
+        assert got == n, (endpoint, status)
+    got = (_sample(after, "dialscore_errors_total", endpoint="/v1/models", type="unauthorized")
+           - _sample(before, "dialscore_errors_total", endpoint="/v1/models", type="unauthorized"))
+    assert got == 1
+    assert (_sample(after, "dialscore_request_latency_seconds_count", endpoint="/v1/models")
+            - _sample(before, "dialscore_request_latency_seconds_count", endpoint="/v1/models")) == 3

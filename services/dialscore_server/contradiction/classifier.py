@@ -23,6 +23,7 @@ also accepts a plain function (a fake in tests).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -30,6 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 from dialscore_server.batching import BatchStats, pack
 from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_threads
 from dialscore_server.checkpoints.registry import ModelConfig
+from dialscore_server.interruption import CallGuard, LayerChecks, PassAbandoned
 
 #: Padded tokens per classifier forward pass when none is given (serving.token_budget overrides).
 DEFAULT_TOKEN_BUDGET = 4096
@@ -44,10 +46,13 @@ class PairClassifier(Protocol):
     """Anything that gives the contradiction probability of (premise, hypothesis) pairs.
 
     ``contradiction_probs(pairs)[k]`` is P(contradiction | premise_k, hypothesis_k) in [0, 1], in
-    the order of `pairs`. It must not depend on which other pairs share the call.
+    the order of `pairs`. It must not depend on which other pairs share the call. With a `guard`
+    over the pairs' indices (:mod:`dialscore_server.interruption`), a classifier may leave out
+    pairs no longer wanted and give them NaN; it may also ignore the guard.
     """
 
-    def contradiction_probs(self, pairs: Sequence[tuple[str, str]]) -> list[float]: ...
+    def contradiction_probs(self, pairs: Sequence[tuple[str, str]],
+                            guard: CallGuard | None = None) -> list[float]: ...
 
 
 PairFn = Callable[[Sequence[tuple[str, str]]], Sequence[float]]
@@ -59,8 +64,9 @@ class _FunctionClassifier:
     def __init__(self, fn: PairFn):
         self.fn = fn
 
-    def contradiction_probs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        return list(self.fn(pairs))
+    def contradiction_probs(self, pairs: Sequence[tuple[str, str]],
+                            guard: CallGuard | None = None) -> list[float]:
+        return list(self.fn(pairs))  # a function cannot be interrupted: the guard is ignored
 
 
 def as_pair_classifier(classifier: PairClassifier | PairFn) -> PairClassifier:
@@ -149,6 +155,7 @@ class NLIPairClassifier:
         self.config = config
         self.loaded = loaded or load_model(config)
         self.model = self.loaded.model
+        self.layer_checks = LayerChecks(self.model)
         self.tokenizer = self.loaded.tokenizer
         self.token_budget = token_budget
         id2label = getattr(self.model.config, "id2label", None)
@@ -229,30 +236,52 @@ class NLIPairClassifier:
         return [self.encode_ids(ids[p], ids[h]) for p, h in pairs]
 
     # ----------------------------------------------------------------------------- scoring
-    def contradiction_probs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        """P(contradiction) for each (premise, hypothesis) pair, in order (see the module docstring)."""
+    def contradiction_probs(self, pairs: Sequence[tuple[str, str]],
+                            guard: CallGuard | None = None) -> list[float]:
+        """P(contradiction) for each (premise, hypothesis) pair, in order (see the module
+        docstring); NaN for a pair the guard dropped (see :meth:`classify_encoded`)."""
         k = self.contradiction_index
-        return [row[k] for row in self.classify(pairs).probs]
+        return [row[k] for row in self.classify(pairs, guard).probs]
 
-    def classify(self, pairs: Sequence[tuple[str, str]]) -> PairScores:
+    def classify(self, pairs: Sequence[tuple[str, str]], guard: CallGuard | None = None
+                 ) -> PairScores:
         """Softmax over every label for each pair, in order, with the call's statistics."""
-        return self.classify_encoded(self.encode(pairs))
+        return self.classify_encoded(self.encode(pairs), guard)
 
-    def classify_encoded(self, encoded: Sequence[EncodedPair]) -> PairScores:
-        """Classify encoded rows in token-budget batches; identical rows are computed once."""
+    def classify_encoded(self, encoded: Sequence[EncodedPair], guard: CallGuard | None = None
+                         ) -> PairScores:
+        """Classify encoded rows in token-budget batches; identical rows are computed once.
+
+        With a `guard` over the pairs' indices (:mod:`dialscore_server.interruption`), whether a
+        pair is still wanted is asked before every pass and before every layer of a running one:
+        a row none of whose pairs is wanted any more is left out of the passes not yet run and
+        its pairs get NaN probabilities; the guard's clock gets each pair's share of the pass
+        time (a row shared by identical pairs splits its share among them)."""
         import torch
+
+        # Per-thread, as in the NLL engine: the served path calls from the replica's engine
+        # thread, which inherits Ray's OMP_NUM_THREADS (1 for fractional CPUs).
+        torch.set_num_threads(self.threads)
 
         stats = BatchStats(items=len(encoded), item_tokens=sum(e.cost for e in encoded),
                            truncated=sum(e.truncated for e in encoded))
         unique: dict[EncodedPair, int] = {}
-        for e in encoded:
-            unique.setdefault(e, len(unique))
+        owners: list[list[int]] = []  # the pair indices of each distinct row
+        for k, e in enumerate(encoded):
+            r = unique.setdefault(e, len(unique))
+            if r == len(owners):
+                owners.append([])
+            owners[r].append(k)
         rows = list(unique)
         stats.unique_pairs = len(rows)
         probs: list[list[float] | None] = [None] * len(rows)
         device = self.loaded.device
+        guard = (guard or CallGuard()).over(owners, self.layer_checks)
         with torch.inference_mode():
-            for batch in self._plan(rows):
+            for planned in self._plan(rows):
+                batch = guard.keep(planned)
+                if not batch:
+                    continue
                 chosen = [rows[i] for i in batch]
                 width = max(r.cost for r in chosen)
                 ids = torch.full((len(chosen), width), self.pad_id, dtype=torch.long)
@@ -266,15 +295,22 @@ class NLIPairClassifier:
                 inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
                 if self.use_token_types:
                     inputs["token_type_ids"] = types.to(device)
-                logits = self.model(**inputs).logits.float()
-                for i, p in zip(batch, torch.softmax(logits, dim=-1).tolist()):
+                try:
+                    with guard.forward(batch, [r.cost for r in chosen], shed=True) as watch:
+                        logits = self.model(**inputs).logits.float()
+                except PassAbandoned:
+                    continue
+                # Rows nobody wanted any more may have left the pass (watch.kept: those still in).
+                rows_out = [batch[p] for p in watch.kept]
+                for i, p in zip(rows_out, torch.softmax(logits, dim=-1).tolist()):
                     probs[i] = p
                 stats.batches += 1
                 stats.forward_passes += 1
                 stats.batch_sizes.append(len(batch))
                 stats.real_tokens += sum(r.cost for r in chosen)
                 stats.padded_tokens += ids.numel()
-        return PairScores([probs[unique[e]] for e in encoded], stats)  # type: ignore[misc]
+        missing = [math.nan] * len(self.labels)
+        return PairScores([probs[unique[e]] or missing for e in encoded], stats)
 
     def _plan(self, rows: Sequence[EncodedPair]) -> list[list[int]]:
         """Row indices grouped into batches of rows × longest row ≤ token_budget, by length."""

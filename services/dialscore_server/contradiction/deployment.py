@@ -9,7 +9,6 @@ It receives the detector class (default
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from ray import serve
@@ -61,4 +60,4 @@ class ContradictionDeployment:
 
     @serve.batch(max_batch_size=1024, batch_wait_timeout_s=0.005, batch_size_fn=_batch_pairs)
     async def _batched(self, works: list[Work]) -> list[Reply[list[DetectionResult]]]:
-        return await asyncio.to_thread(self.serving.run, works)
+        return await self.serving.call(works)

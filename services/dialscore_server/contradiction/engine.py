@@ -32,6 +32,7 @@ Example with an injected classifier (any object with ``contradiction_probs``)::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,7 @@ from dialscore_server.contradiction.pairing import (
     DEFAULT_THRESHOLD, DetectionJob, DetectionResult, Mode, PlannedPair, Turn, check_threshold,
     plan_pairs, verdict,
 )
+from dialscore_server.interruption import CallGuard
 
 if TYPE_CHECKING:
     from dialscore_server.contract.options import ServingOptions
@@ -122,13 +124,17 @@ class ContradictionDetector:
         """
         return self.detect_many([DetectionJob(dialogues, mode, threshold, evidence_threshold)])[0]
 
-    def detect_many(self, jobs: Sequence[DetectionJob]) -> list[list[DetectionResult]]:
+    def detect_many(self, jobs: Sequence[DetectionJob], guard: CallGuard | None = None
+                    ) -> list[list[DetectionResult] | None]:
         """Results for several jobs (e.g. requests gathered by a batching deployment), each in
         order, from a single classifier call over every pair of every job.
 
         Inputs are all validated before anything is classified; an
         :class:`~dialscore_server.contract.errors.InputError` names the offending field relative
-        to its job (``dialogues[i]...``, ``threshold``).
+        to its job (``dialogues[i]...``, ``threshold``). With a `guard` over the jobs' indices
+        (:mod:`dialscore_server.interruption`), the classifier stops computing the pairs of jobs
+        no longer wanted; such a job whose pairs were not all classified gets None. Without a
+        guard, no None.
         """
         planned: list[tuple[DetectionJob, float, float, list[list[PlannedPair]]]] = []
         for job in jobs:
@@ -139,16 +145,25 @@ class ContradictionDetector:
                      for i, d in enumerate(job.dialogues)]
             planned.append((job, thr, ev, pairs))
         flat = [(p.premise, p.hypothesis) for *_, per_job in planned for ps in per_job for p in ps]
-        probs = [float(x) for x in self.classifier.contradiction_probs(flat)] if flat else []
+        if not flat:
+            probs: list[float] = []
+        elif guard is None:
+            probs = [float(x) for x in self.classifier.contradiction_probs(flat)]
+        else:
+            owner = [[j] for j, (*_, per_job) in enumerate(planned) for ps in per_job for _ in ps]
+            probs = [float(x) for x in self.classifier.contradiction_probs(flat, guard.over(owner))]
         if len(probs) != len(flat):
             raise RuntimeError(f"classifier returned {len(probs)} probabilities for {len(flat)} pairs")
-        out: list[list[DetectionResult]] = []
+        out: list[list[DetectionResult] | None] = []
         pos = 0
         for job, thr, ev, per_job in planned:
-            results = []
+            results: list[DetectionResult] | None = []
             for ps in per_job:
                 mine = probs[pos:pos + len(ps)]
                 pos += len(ps)
-                results.append(verdict(ps, mine, thr, ev, job.mode))
+                if results is not None and any(math.isnan(x) for x in mine):
+                    results = None  # left out: nobody wants this job any more
+                if results is not None:
+                    results.append(verdict(ps, mine, thr, ev, job.mode))
             out.append(results)
         return out

@@ -3,9 +3,11 @@ pairing plan and turn ids), cut it into chunks of about ``chunk_pairs`` NLI pair
 dialogues; a dialogue's pairs are never split), run merged chunks of many jobs through the
 detector in one call, put each job's answer back together.
 
-Fair sharing and no orphan work as :mod:`dialscore_server.fair_chunks` describes: a job's chunks
-go to the detector one at a time, so a small request admitted behind a large one waits for about
-one chunk, and a cancelled request's chunks not yet computed are dropped; the ledger counts pairs.
+Fair sharing and no orphan work as :mod:`dialscore_server.fair_chunks` describes: a job has at
+most one chunk running and one queued, so a small request admitted behind a large one waits for
+about one chunk; a cancelled request's chunks not yet computed are dropped and its pairs leave the
+running call at the next pass or layer (:mod:`dialscore_server.interruption`); the ledger counts
+pairs.
 
 The Serve deployment (deployment.py) wraps this with ``@serve.batch``; tests run it in-process
 over a fake classifier.
@@ -13,7 +15,6 @@ over a fake classifier.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -24,7 +25,11 @@ from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.pairing import DetectionJob, DetectionResult, plan_pairs
-from dialscore_server.fair_chunks import WorkLedger, run_in_turn
+from dialscore_server.fair_chunks import (
+    EngineThread, WorkLedger, abandoned_reply, call_guard, charged, one_call_at_a_time,
+    run_in_turn,
+)
+from dialscore_server.interruption import CallGuard
 
 #: Default chunk size in NLI pairs (ServingOptions.chunk_pairs).
 CHUNK_PAIRS = 64
@@ -33,19 +38,20 @@ CHUNK_PAIRS = 64
 class Detector(Engine, Protocol):
     """What the endpoint needs of its engine besides the lifecycle (see ContradictionDetector)."""
 
-    def detect_many(self, jobs: Sequence[DetectionJob]) -> list[list[DetectionResult]]: ...
+    def detect_many(self, jobs: Sequence[DetectionJob], guard: CallGuard | None = None
+                    ) -> list[list[DetectionResult] | None]: ...
 
 
 @dataclass
 class Work:
     """One chunk of an admitted job and the NLI pairs it costs (at least 1, so an empty chunk
-    still counts in a batch). `started`/`cancelled` are set by the replica: the chunk's engine
-    call began; nobody waits for the chunk any more."""
+    still counts in a batch). `started`/`cancelled`/`cancelled_at` as fair_chunks.Chunk."""
 
     job: DetectionJob
     pairs: int
     started: bool = False
     cancelled: bool = False
+    cancelled_at: float = 0.0
 
     @property
     def cost(self) -> int:
@@ -88,6 +94,9 @@ class ContradictionServing:
         self.chunk_pairs = max(1, min(chunk_pairs, max_batch_pairs))
         self._card = engine.card()
         self.ledger = WorkLedger(model or self._card.name, "pairs")
+        self.engine_thread = EngineThread()
+        #: The runner used without ``@serve.batch``: one chunk per engine call, one at a time.
+        self.run_alone = one_call_at_a_time(self.engine_thread, self.run)
 
     def card(self) -> ModelCard:
         return self._card
@@ -103,17 +112,25 @@ class ContradictionServing:
         return chunk_job(job, counts, self.chunk_pairs)
 
     def run(self, works: Sequence[Work]) -> list[Reply[list[DetectionResult]]]:
-        """One detector call for every chunk of `works`; one reply per work, in order."""
+        """One detector call for every chunk of `works`; one reply per work, in order. The
+        detector stops computing a work cancelled while the call runs; such a work (nobody waits
+        for it) gets an error reply."""
+        if all(w.cancelled for w in works):  # nobody waits for any of them: no engine call
+            return [abandoned_reply() for _ in works]
         self.ledger.started(works)
+        guard = call_guard(works)
         start = time.perf_counter()
-        outputs = self.engine.detect_many([w.job for w in works])
-        compute = time.perf_counter() - start
-        self.ledger.called(works, compute)
-        return [Reply(value=list(out), batch_requests=len(works), compute_s=compute)
+        outputs = self.engine.detect_many([w.job for w in works], guard)
+        end = time.perf_counter()
+        compute = end - start
+        self.ledger.called(works, start, end, charged(guard, len(works)))
+        return [abandoned_reply() if out is None else
+                Reply(value=list(out), batch_requests=len(works), compute_s=compute)
                 for out in outputs]
 
-    async def run_alone(self, work: Work) -> Reply[list[DetectionResult]]:
-        return (await asyncio.to_thread(self.run, [work]))[0]
+    async def call(self, works: Sequence[Work]) -> list[Reply[list[DetectionResult]]]:
+        """:meth:`run` on the engine thread, awaited (what a batching runner calls)."""
+        return await self.engine_thread.run(self.run, works)
 
     async def detect(self, job: DetectionJob, runner: Runner | None = None
                      ) -> Reply[list[DetectionResult]]:

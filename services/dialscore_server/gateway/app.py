@@ -16,19 +16,19 @@ import asyncio
 import time
 from typing import Protocol
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
 from dialscore_server import metrics
 from dialscore_server.contract.backend import Backend
-from dialscore_server.contract.errors import ServiceError, error_responses
+from dialscore_server.contract.errors import error_responses
 from dialscore_server.contradiction.api_router import build_router as contradiction_router
 from dialscore_server.gateway import http_errors
-from dialscore_server.gateway.auth import authorized
 from dialscore_server.gateway.body_limit import BodySizeLimit
 from dialscore_server.gateway.model_listing import ModelList, model_list
+from dialscore_server.gateway.observe import ObserveRequests
 from dialscore_server.gateway.openapi import install_openapi
 from dialscore_server.nll.api_router import build_router as nll_router
 from dialscore_server.nll.completions_router import build_router as completions_router
@@ -69,22 +69,9 @@ def create_app(gw: Ingress) -> FastAPI:
     app.add_middleware(BodySizeLimit, max_bytes=gw.limits.max_body_bytes,
                        timeout_s=getattr(gw, "body_timeout", None))
 
-    @app.middleware("http")
-    async def observe(request: Request, call_next):
-        """Authorise (when a token is set), then count and time every request."""
-        start = time.perf_counter()
-        path = app_path(request.scope)
-        if not authorized(gw.token, path, request.headers.get("authorization")):
-            response: Response = http_errors.error_response(
-                ServiceError("unauthorized", "missing or wrong bearer token"))
-        else:
-            response = await call_next(request)
-        endpoint = path if path in known_paths else "other"  # bounded label cardinality
-        metrics.REQUESTS.labels(endpoint, str(response.status_code)).inc()
-        metrics.LATENCY.labels(endpoint).observe(time.perf_counter() - start)
-        if "x-error-type" in response.headers:
-            metrics.ERRORS.labels(endpoint, response.headers["x-error-type"]).inc()
-        return response
+    # Outermost of the app's own middleware (added last): authorise, then count and time.
+    known_paths: set[str] = set()
+    app.add_middleware(ObserveRequests, token_of=lambda: gw.token, known_paths=known_paths)
 
     @app.get("/healthz", summary="The gateway process is alive.", response_model=Health)
     async def healthz() -> dict:
@@ -124,13 +111,5 @@ def create_app(gw: Ingress) -> FastAPI:
     install_openapi(app, gw.limits, gw.token)
     # Metric labels are limited to documented routes (included routers do not list their
     # routes in app.routes, the OpenAPI schema does).
-    known_paths = set(app.openapi()["paths"])
+    known_paths.update(app.openapi()["paths"])
     return app
-
-
-def app_path(scope) -> str:
-    """The request path inside this app (without the route prefix it is served under)."""
-    path, root = scope.get("path", ""), scope.get("root_path", "")
-    if root and path.startswith(root):
-        path = path[len(root):] or "/"
-    return path

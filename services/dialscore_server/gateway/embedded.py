@@ -52,8 +52,12 @@ def serve_locally(args: AppArgs, *, num_cpus: int | None = None, name: str = "di
 
     import dialscore_server
     from dialscore_server.gateway.build import build_app
+    from dialscore_server.gateway.proxy_guard import proxy_environment
 
     port = port or free_port()
+    # Serve's proxies inherit this from the raylet this call starts (gateway/proxy_guard.py).
+    for key, value in proxy_environment().items():
+        os.environ.setdefault(key, value)
     roots = [str(Path(pkg.__file__).resolve().parents[1]) for pkg in (dialscore_server, dialscore)]
     pythonpath = os.pathsep.join(p for p in (*roots, os.environ.get("PYTHONPATH")) if p)
     ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,

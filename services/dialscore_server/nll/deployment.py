@@ -10,7 +10,6 @@ passes.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from ray import serve
@@ -72,4 +71,4 @@ class NLLDeployment:
     async def _batched(self, works: list[Work]) -> list[Reply[Scored]]:
         # The forward pass runs off the event loop, so the replica keeps accepting and
         # tokenizing requests (and answering health checks) while it computes.
-        return await asyncio.to_thread(self.serving.run, works)
+        return await self.serving.call(works)

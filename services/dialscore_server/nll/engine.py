@@ -58,6 +58,7 @@ from dialscore_server.batching import (
 )
 from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_threads
 from dialscore_server.checkpoints.registry import ModelConfig
+from dialscore_server.interruption import CallGuard, LayerChecks, PassAbandoned
 from dialscore_server.nll.encoding import EncodedItem, NLLEncoder, NLLItem
 from dialscore_server.nll.forward import ForwardPasses
 from dialscore_server.nll.projection import (
@@ -174,6 +175,7 @@ class NLLEngine:
             pad_id=tok.pad_token_id if tok.pad_token_id is not None else self.encoder.eos_id,
             decoder_prefix=self.encoder.decoder_prefix, window=config.max_length,
             project=self.projection)
+        self.layer_checks = LayerChecks(self.model)
 
     # ----------------------------------------------------------------------------- lifecycle
     @classmethod
@@ -218,13 +220,22 @@ class NLLEngine:
         """Encode and score `items`; results keep the items' order."""
         return self.score_encoded([self.encode(it) for it in items])[0]
 
-    def score_encoded(self, encoded: Sequence[EncodedItem]) -> tuple[list[NLLResult], BatchStats]:
-        """Score already encoded items in token-budget batches; results keep the input order."""
+    def score_encoded(self, encoded: Sequence[EncodedItem], guard: CallGuard | None = None
+                      ) -> tuple[list[NLLResult | None], BatchStats]:
+        """Score already encoded items in token-budget batches; results keep the input order.
+
+        With a `guard` over the items' indices (:mod:`dialscore_server.interruption`), whether an
+        item is still wanted is asked before every forward pass and, through the model's layer
+        checks, before every layer of a running one: items no longer wanted are left out of the
+        passes not yet run and get None, every other item's numbers are the same as without, and
+        the guard's clock gets each item's share of the pass time. Without a guard (or one nobody
+        can cancel) every item is scored: no None."""
         import torch
 
         # OpenMP's thread count is a per-thread setting: the served path calls this method from
-        # asyncio.to_thread workers, which otherwise inherit OMP_NUM_THREADS (Ray sets it to the
-        # replica's num_cpus, 1 for fractional CPUs) and would run MKL/oneDNN on one thread.
+        # the replica's engine thread (fair_chunks.EngineThread), which otherwise inherits
+        # OMP_NUM_THREADS (Ray sets it to the replica's num_cpus, 1 for fractional CPUs) and would
+        # run MKL/oneDNN on one thread.
         torch.set_num_threads(self.threads)
         stats = BatchStats(items=len(encoded))
         results: list[NLLResult | None] = [None] * len(encoded)
@@ -233,9 +244,12 @@ class NLLEngine:
         stats.item_tokens = sum(e.cost + dec_extra for e in encoded)
         stats.target_tokens = sum(len(e.target_ids) for e in encoded)
         stats.truncated = sum(e.truncated for e in encoded)
+        guard = (guard or CallGuard()).over(None, self.layer_checks)
 
-        def finish(batch: Sequence[int], logprobs: Sequence[list[float]]) -> None:
+        def finish(batch: Sequence[int], logprobs: Sequence[list[float] | None]) -> None:
             for i, lp in zip(batch, logprobs):
+                if lp is None:
+                    continue
                 row = encoded[i]
                 alternatives = None
                 if lp and isinstance(lp[0], ScoredPosition):
@@ -258,18 +272,28 @@ class NLLEngine:
             if causal and self.prefix_reuse:
                 groups, alone = share_prefixes([e.source_ids + e.target_ids for e in encoded],
                                                self.min_shared_prefix)
-            for unit in self._plan_shared(groups):
-                batch = [i for g in unit for i in g.items]
-                finish(batch, self.passes.shared(encoded, unit, stats, self.token_budget))
+            for planned in self._plan_shared(groups):
+                unit = [g for g in planned if guard.any_wanted(g.items)]
+                if unit:
+                    batch = [i for g in unit for i in g.items]
+                    finish(batch, self.passes.shared(encoded, unit, stats, self.token_budget, guard))
             subset = [encoded[i] for i in alone]
-            for batch in self._plan(subset):
-                rows = [subset[k] for k in batch]
-                if causal:
-                    logprobs = self.passes.causal(rows, stats)
-                else:
-                    logprobs = self.passes.seq2seq(rows, stats, encode_once=self.prefix_reuse)
-                finish([alone[k] for k in batch], logprobs)
-        return [r for r in results if r is not None], stats
+            for planned_rows in self._plan(subset):
+                batch = guard.keep([alone[k] for k in planned_rows])
+                if not batch:
+                    continue
+                rows = [encoded[i] for i in batch]
+                try:
+                    with guard.forward(batch, [r.cost for r in rows]):
+                        if causal:
+                            logprobs = self.passes.causal(rows, stats)
+                        else:
+                            logprobs = self.passes.seq2seq(rows, stats,
+                                                           encode_once=self.prefix_reuse)
+                except PassAbandoned:
+                    continue
+                finish(batch, logprobs)
+        return results, stats
 
     def encode_prompt(self, prompt: str | Sequence[int], append_next: bool, top_k: int
                       ) -> EncodedItem:

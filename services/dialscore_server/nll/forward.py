@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dialscore_server.batching import KV_BUDGET_FACTOR, BatchStats, SharedPrefixGroup, chunk_passes
+from dialscore_server.interruption import CallGuard, PassAbandoned
 from dialscore_server.nll.encoding import EncodedItem
 from dialscore_server.nll.prefix_cache import expanded_prefix_cache
 
@@ -139,9 +140,14 @@ class ForwardPasses:
         return _split(flat, [len(r.target_ids) for r in rows])
 
     def shared(self, encoded: Sequence[EncodedItem], unit: Sequence[SharedPrefixGroup],
-               stats: BatchStats, token_budget: int) -> list[list[float]]:
+               stats: BatchStats, token_budget: int, guard: CallGuard | None = None
+               ) -> list[list[float] | None]:
         """Score the items of `unit` (in group order): each group's prefix once with its key/value
         cache, then every item's continuation against its group's cached prefix.
+
+        With a `guard`, every pass runs in ``guard.forward`` and a continuation pass keeps only the
+        items still wanted when it is formed; an item not computed to the end (dropped, or its
+        pass abandoned) gets None instead of its log-probabilities.
 
         Prefix pass: the groups' prefixes, right-padded, ``use_cache=True``. Target tokens whose
         predicting position lies inside the prefix (always the first one when the prefix is the
@@ -170,12 +176,18 @@ class ForwardPasses:
         stats.shared_items += sum(len(g.items) for g in unit)
         stats.shared_prefix_tokens += sum(g.length for g in unit)
         mask = mask.to(device)
+        guard = guard or CallGuard()
+        order = [i for g in unit for i in g.items]
         # Right-padded prefixes: no padding mask needed (see `causal`); the continuation passes
         # below mask the prefix padding, which there lies before real positions.
-        out = self.model.base_model(input_ids=ids.to(device), attention_mask=None, use_cache=True)
+        try:
+            with guard.forward(order, [g.length / len(g.items) for g in unit for _ in g.items]):
+                out = self.model.base_model(input_ids=ids.to(device), attention_mask=None,
+                                            use_cache=True)
+        except PassAbandoned:
+            return [None] * len(order)
 
         # Targets predicted from inside the prefix; the rest continue below.
-        order = [i for g in unit for i in g.items]
         want = any(encoded[i].top_k for i in order)
         n_pre: dict[int, int] = {}
         rows, cols, targets, ks = [], [], [], []
@@ -203,8 +215,12 @@ class ForwardPasses:
 
         post: dict[int, list[float]] = {}
         conts.sort(key=lambda c: len(seqs[c[0]]) - c[2])
-        for chunk in chunk_passes(conts, lambda c: len(seqs[c[0]]) - c[2], token_budget,
-                                  width, KV_BUDGET_FACTOR * token_budget):
+        for planned in chunk_passes(conts, lambda c: len(seqs[c[0]]) - c[2], token_budget,
+                                    width, KV_BUDGET_FACTOR * token_budget):
+            live = set(guard.keep([i for i, _, _ in planned]))
+            chunk = [c for c in planned if c[0] in live]
+            if not chunk:
+                continue
             c_width = max(len(seqs[i]) - p for i, _, p in chunk)
             c_ids = torch.full((len(chunk), c_width), self.pad_id, dtype=torch.long)
             c_mask = torch.zeros((len(chunk), c_width), dtype=torch.long)
@@ -230,10 +246,16 @@ class ForwardPasses:
             stats.forward_passes += 1
             group_rows = torch.tensor([k for _, k, _ in chunk], device=device)
             attention = torch.cat([mask.index_select(0, group_rows), c_mask.to(device)], dim=1)
-            hidden = self.model.base_model(
-                input_ids=c_ids.to(device), attention_mask=attention, position_ids=c_pos.to(device),
-                past_key_values=expanded_prefix_cache(kv, group_rows), use_cache=True,
-            ).last_hidden_state
+            try:
+                with guard.forward([i for i, _, _ in chunk],
+                                   [len(seqs[i]) - p for i, _, p in chunk]):
+                    hidden = self.model.base_model(
+                        input_ids=c_ids.to(device), attention_mask=attention,
+                        position_ids=c_pos.to(device),
+                        past_key_values=expanded_prefix_cache(kv, group_rows), use_cache=True,
+                    ).last_hidden_state
+            except PassAbandoned:
+                continue
             if targets:
                 flat = self._project(
                     hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)],
@@ -241,7 +263,10 @@ class ForwardPasses:
             else:
                 flat = []
             post.update(zip((i for i, _, _ in chunk), _split(flat, sizes)))
-        return [pre.get(i, []) + post.get(i, []) for i in order]
+        # An item is complete when its continuation ran or all its targets came from the prefix.
+        return [pre.get(i, []) + post[i] if i in post
+                else pre.get(i, []) if n_pre[i] == len(encoded[i].target_ids) else None
+                for i in order]
 
 
 def _split(flat: list[float], sizes: Sequence[int]) -> list[list[float]]:

@@ -49,6 +49,12 @@ class NLLItemIn(APIModel):
         out += [(name, v) for name, v in (("knowledge", self.knowledge), ("source", self.source)) if v]
         return out
 
+    def text_values(self) -> list[str]:
+        """The texts of :meth:`texts`, in the same order, without their field paths (the limit
+        checks name a field only when one fails, so the paths are built only then)."""
+        return [self.target, *(self.context or ()),
+                *(v for v in (self.knowledge, self.source) if v)]
+
 
 class NLLRequest(APIModel):
     model: str = Field(description="A model name from GET /v1/models.")
@@ -62,10 +68,12 @@ class NLLRequest(APIModel):
         ``items``)."""
         if len(self.items) > limits.max_items:
             raise too_many("items", len(self.items), limits.max_items, "items")
+        longest = limits.max_text_chars
         for i, item in enumerate(self.items):
             if item.context is not None and len(item.context) > limits.max_turns:
                 raise too_many(f"items[{i}].context", len(item.context), limits.max_turns, "turns")
-            check_texts(((f"items[{i}].{name}", text) for name, text in item.texts()), limits)
+            if any(len(text) > longest for text in item.text_values()):
+                check_texts(((f"items[{i}].{name}", text) for name, text in item.texts()), limits)
         tokens = self.tokens(limits)
         if tokens > limits.max_request_tokens:
             raise too_costly("items", tokens, limits.max_request_tokens, "NLL tokens")
@@ -73,7 +81,7 @@ class NLLRequest(APIModel):
     def tokens(self, limits: Limits) -> int:
         """Upper bound of the token positions this request costs, known before tokenizing (see
         :func:`~dialscore_server.contract.limits.item_token_bound`)."""
-        return sum(item_token_bound([t for _, t in item.texts()], limits) for item in self.items)
+        return sum(item_token_bound(item.text_values(), limits) for item in self.items)
 
 
 class NLLResultOut(APIModel):

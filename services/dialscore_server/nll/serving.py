@@ -2,9 +2,10 @@
 it), cut it into chunks of about ``chunk_tokens`` tokens, run merged chunks of many requests
 through the engine in one call, put each request's answer back together.
 
-Fair sharing and no orphan work as :mod:`dialscore_server.fair_chunks` describes: a request's
-chunks go to the engine one at a time, so a small request waits for about one chunk of a large
-one, and a cancelled request's chunks not yet computed are dropped. A chunk is consecutive items
+Fair sharing and no orphan work as :mod:`dialscore_server.fair_chunks` describes: a request has
+at most one chunk running and one queued, so a small request waits for about one chunk of a large
+one; a cancelled request's chunks not yet computed are dropped and its running chunk stops at the
+engine's next pass or layer (:mod:`dialscore_server.interruption`). A chunk is consecutive items
 (never a part of one); a cut is placed between items with different sources where one is near,
 so items sharing a context stay in one engine call and keep their prefix reuse.
 
@@ -25,7 +26,11 @@ from dialscore_server.batching import BatchStats
 from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
-from dialscore_server.fair_chunks import WorkLedger, run_in_turn
+from dialscore_server.fair_chunks import (
+    EngineThread, WorkLedger, abandoned_reply, call_guard, charged, one_call_at_a_time,
+    run_in_turn,
+)
+from dialscore_server.interruption import CallGuard
 from dialscore_server.nll.completions import Completed, build_choice
 from dialscore_server.nll.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine import NLLResult
@@ -37,7 +42,8 @@ class NLLScorer(Engine, Protocol):
 
     def encode(self, item: NLLItem) -> EncodedItem: ...
 
-    def score_encoded(self, encoded: Sequence[EncodedItem]) -> tuple[list[NLLResult], BatchStats]: ...
+    def score_encoded(self, encoded: Sequence[EncodedItem], guard: CallGuard | None = None
+                      ) -> tuple[list[NLLResult | None], BatchStats]: ...
 
     def token_strings(self, ids: Sequence[int]) -> list[str]: ...
 
@@ -64,12 +70,14 @@ CHUNK_TOKENS = 2048
 class Work:
     """One chunk of an admitted request, already encoded: what waits for an engine call.
     `tokens` is its cost (the items' tokens, at least 1), capped at the replica's
-    max_batch_tokens where Serve sizes batches; `started`/`cancelled` as fair_chunks.Chunk."""
+    max_batch_tokens where Serve sizes batches; `started`/`cancelled`/`cancelled_at` as
+    fair_chunks.Chunk."""
 
     encoded: list[EncodedItem]
     tokens: int
     started: bool = False
     cancelled: bool = False
+    cancelled_at: float = 0.0
 
     @property
     def cost(self) -> int:
@@ -121,6 +129,9 @@ class NLLServing:
         self.chunk_tokens = max(1, min(chunk_tokens, max_batch_tokens))
         self._card = engine.card()
         self.ledger = WorkLedger(model or self._card.name, "tokens")
+        self.engine_thread = EngineThread()
+        #: The runner used without ``@serve.batch``: one chunk per engine call, one at a time.
+        self.run_alone = one_call_at_a_time(self.engine_thread, self.run)
 
     def card(self) -> ModelCard:
         return self._card
@@ -146,30 +157,42 @@ class NLLServing:
 
     def run(self, works: Sequence[Work]) -> list[Reply[Scored]]:
         """One engine call for every item of `works`; one reply per work, in order. The first
-        reply carries the call's statistics (so each call is counted once)."""
+        reply carries the call's statistics (so each call is counted once). The engine stops
+        computing the items of a work cancelled while the call runs; such a work (nobody waits
+        for it) gets an error reply."""
+        if all(w.cancelled for w in works):  # nobody waits for any of them: no engine call
+            return [abandoned_reply() for _ in works]
         self.ledger.started(works)
+        guard = call_guard(works)
         flat = [e for w in works for e in w.encoded]
         start = time.perf_counter()
-        results, stats = self.engine.score_encoded(flat)
-        compute = time.perf_counter() - start
-        self.ledger.called(works, compute)
-        replies, pos = [], 0
-        for k, w in enumerate(works):
-            n = len(w.encoded)
-            replies.append(Reply(value=Scored(results[pos:pos + n]),
-                                 batches=[(stats, len(works))] if k == 0 else [],
+        results, stats = self.engine.score_encoded(
+            flat, guard.over([[k] for k, w in enumerate(works) for _ in w.encoded]))
+        end = time.perf_counter()
+        compute = end - start
+        self.ledger.called(works, start, end, charged(guard, len(works)))
+        replies: list[Reply[Scored]] = []
+        pos, reported = 0, False
+        for w in works:
+            mine = results[pos:pos + len(w.encoded)]
+            pos += len(w.encoded)
+            if w.cancelled and any(r is None for r in mine):
+                replies.append(abandoned_reply())
+                continue
+            replies.append(Reply(value=Scored(mine),  # type: ignore[arg-type]
+                                 batches=[] if reported else [(stats, len(works))],
                                  batch_requests=len(works), compute_s=compute))
-            pos += n
+            reported = True
         return replies
 
-    async def run_alone(self, work: Work) -> Reply[Scored]:
-        """:meth:`run` for one work, off the event loop (no batching)."""
-        return (await asyncio.to_thread(self.run, [work]))[0]
+    async def call(self, works: Sequence[Work]) -> list[Reply[Scored]]:
+        """:meth:`run` on the engine thread, awaited (what a batching runner calls)."""
+        return await self.engine_thread.run(self.run, works)
 
     async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
                     runner: Runner | None = None) -> Reply[Scored]:
         """The whole path of one request: admit it (off the event loop: tokenizing is CPU work),
-        hand its chunks to `runner` (default :meth:`run_alone`) one after the other, join the
+        hand its chunks to `runner` (default :attr:`run_alone`) in turn, join the
         answers, add token strings when asked. Cancelling the caller drops what is left."""
         started = time.perf_counter()
         try:

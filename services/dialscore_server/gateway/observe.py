@@ -1,0 +1,77 @@
+"""The gateway's outermost own middleware: authorise each request (when a token is set), then
+count and time it (``dialscore_requests_total``, ``dialscore_request_latency_seconds``,
+``dialscore_errors_total``).
+
+A plain ASGI middleware rather than Starlette's ``BaseHTTPMiddleware`` (``@app.middleware``):
+that one runs the app in a task group and passes every message through memory streams, which
+cost about as much per request as the whole of POST /v1/nll's own work in the gateway
+(BENCHMARKS.md, "HTTP path breakdown"). What is observed is unchanged: the status and
+``x-error-type`` of the response start, timed when the response starts (as ``call_next``
+returned), once per request that got a response; a request whose client left before any response
+is not counted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+from typing import Any
+
+from starlette.datastructures import Headers
+
+from dialscore_server import metrics
+from dialscore_server.contract.errors import ServiceError
+from dialscore_server.gateway import http_errors
+from dialscore_server.gateway.auth import authorized
+
+Scope = dict[str, Any]
+ASGIApp = Callable[..., Any]
+
+
+def app_path(scope: Scope) -> str:
+    """The request path inside this app (without the route prefix it is served under)."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root):] or "/"
+    return path
+
+
+class ObserveRequests:
+    """ASGI middleware: refuse a request without the right bearer token (``token_of()``, read per
+    request; None: no token needed) with 401 ``unauthorized``, and record every answered HTTP
+    request under its path when that is one of `known_paths` (else ``other``: bounded label
+    cardinality). `known_paths` may be filled after the middleware is added (it is read per
+    request)."""
+
+    def __init__(self, app: ASGIApp, token_of: Callable[[], str | None], known_paths: Collection[str]):
+        self.app = app
+        self.token_of = token_of
+        self.known_paths = known_paths
+
+    async def __call__(self, scope: Scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        path = app_path(scope)
+        endpoint = path if path in self.known_paths else "other"
+
+        async def observed(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                record(endpoint, message["status"], Headers(raw=message.get("headers") or []),
+                       start)
+            await send(message)
+
+        if not authorized(self.token_of(), path, Headers(scope=scope).get("authorization")):
+            response = http_errors.error_response(
+                ServiceError("unauthorized", "missing or wrong bearer token"))
+            return await response(scope, receive, observed)
+        await self.app(scope, receive, observed)
+
+
+def record(endpoint: str, status: int, headers: Headers, start: float) -> None:
+    """Count and time one answered request (`start`: its perf_counter at arrival)."""
+    metrics.REQUESTS.labels(endpoint, str(status)).inc()
+    metrics.LATENCY.labels(endpoint).observe(time.perf_counter() - start)
+    error_type = headers.get("x-error-type")
+    if error_type is not None:
+        metrics.ERRORS.labels(endpoint, error_type).inc()
