@@ -48,7 +48,7 @@ def _items(vocab, n=24, seed=0):
 @pytest.fixture
 def onednn_faster(monkeypatch):
     """The measured choice forced to oneDNN for every shape (the AVX-512 host's outcome)."""
-    monkeypatch.setattr(kernel_choice, "onednn_is_faster", lambda shape: True)
+    monkeypatch.setattr(kernel_choice, "onednn_is_faster", lambda shape, rows=128: True)
 
 
 @pytest.mark.parametrize("name", ["dialogpt-medium", "bart-base"])
@@ -127,7 +127,8 @@ def test_routes_follow_the_measured_choice_and_numbers_do_not_change(stand_in_re
         assert a.nll == pytest.approx(b.nll, abs=1e-4)
     # Another model of the same shapes in this process: nothing timed again.
     other = _pair(stand_in_registry, "dialogpt-medium")[0]
-    assert kernels.optimize(other.model)["onednn_linears"] == 2 * n_layer and len(calls) == 5
+    again = kernels.optimize(other.model, rows=fast.token_budget)
+    assert again["onednn_linears"] == 2 * n_layer and len(calls) == 5
 
 
 def test_stock_everywhere_when_onednn_is_slower(stand_in_registry, monkeypatch):
@@ -149,3 +150,22 @@ def test_real_timing_is_taken_once_per_shape():
     assert kernel_choice.timing(shape) is first
     assert kernel_choice.onednn_is_faster(shape) == first.onednn
     assert shape.key() in next(iter(kernel_choice.remembered()))
+
+
+def test_the_body_is_timed_at_the_engines_pass_size(stand_in_registry, monkeypatch):
+    """Which route wins depends on the row count, so the body's shapes are timed at the engine's
+    token budget (capped) and the head at about one projection chunk."""
+    rows_of: dict = {}
+
+    def measure(shape, rows=kernel_choice.TIMING_ROWS, repeats=kernel_choice.TIMING_REPEATS):
+        rows_of[shape] = rows
+        return kernel_choice.Timing(1.0, 1.5, torch.get_num_threads())
+
+    monkeypatch.setattr(kernel_choice, "measure", measure)
+    monkeypatch.setattr(kernel_choice, "_TIMINGS", {})
+    _, lm = _pair(stand_in_registry, "dialogpt-medium")
+    engine = NLLEngine(lm.config, loaded=lm, token_budget=512)
+    vocab, width = lm.model.get_output_embeddings().weight.shape
+    head = kernel_choice.Shape(width, vocab, "float32", False, False)
+    assert rows_of.pop(head) == kernel_choice.TIMING_ROWS
+    assert rows_of and set(rows_of.values()) == {512} == {engine.token_budget}

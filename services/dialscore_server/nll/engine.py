@@ -147,18 +147,19 @@ class NLLEngine:
         self.config = config
         self.loaded = loaded or load_model(config)
         self.model = self.loaded.model
+        if token_budget is None:
+            token_budget = default_token_budget(self.loaded.device,
+                                                getattr(self.model.config, "hidden_size", 1024))
+        self.token_budget = token_budget
         self.fast_kernels = fast_kernels
         self.kernels: dict[str, Any] = {}
         if fast_kernels:
             from dialscore_server.nll import kernels
 
-            self.kernels = kernels.optimize(self.model)
+            # Timed at this engine's pass size: which route wins depends on the row count.
+            self.kernels = kernels.optimize(self.model, rows=self.token_budget)
         self.tokenizer = self.loaded.tokenizer
         self.fmt = config.format
-        if token_budget is None:
-            token_budget = default_token_budget(self.loaded.device,
-                                                getattr(self.model.config, "hidden_size", 1024))
-        self.token_budget = token_budget
         if projection_chunk is None:
             vocab = self.model.get_output_embeddings().weight.shape[0]
             projection_chunk = default_projection_chunk(self.loaded.device, vocab)

@@ -21,11 +21,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-#: Rows of the timed product. The engine's passes run tens to ~1,000 token rows (its token
-#: budget) and project ~170 positions at a time to the vocabulary; 128 is inside that range and
-#: keeps the one-off timing of a DialoGPT-medium-sized model's shapes (its head included) around
-#: a second.
+#: Rows of the timed product when the caller names none (the vocabulary projection: ~170
+#: positions at a time). The winner depends on the row count (on an AVX2 host oneDNN won the
+#: DialoGPT-medium MLP shapes at 128 rows and lost them at 1,024), so the engine times its body's
+#: shapes at its own pass size (its token budget, at most MAX_TIMING_ROWS).
 TIMING_ROWS = 128
+#: The most rows a timing uses (bounds the one-off cost: a few seconds on DialoGPT-medium shapes).
+MAX_TIMING_ROWS = 1024
 #: Each route is timed this many times, the two alternating (a burst of load from elsewhere hits
 #: both alike), after one untimed warm-up call each; the fastest run of each is compared.
 TIMING_REPEATS = 3
@@ -61,8 +63,8 @@ class Timing:
         return self.onednn_s < self.stock_s
 
 
-#: (shape, threads) -> timing, or None where oneDNN could not run the product.
-_TIMINGS: dict[tuple[Shape, int], Timing | None] = {}
+#: (shape, rows, threads) -> timing, or None where oneDNN could not run the product.
+_TIMINGS: dict[tuple[Shape, int, int], Timing | None] = {}
 
 
 def measure(shape: Shape, rows: int = TIMING_ROWS, repeats: int = TIMING_REPEATS) -> Timing:
@@ -98,23 +100,26 @@ def measure(shape: Shape, rows: int = TIMING_ROWS, repeats: int = TIMING_REPEATS
     return Timing(best[onednn], best[stock], torch.get_num_threads())
 
 
-def onednn_is_faster(shape: Shape) -> bool:
-    """Whether oneDNN's linear beats the stock route for `shape` at the current thread count.
+def onednn_is_faster(shape: Shape, rows: int = TIMING_ROWS) -> bool:
+    """Whether oneDNN's linear beats the stock route for `shape` on products of `rows` rows
+    (capped at MAX_TIMING_ROWS) at the current thread count.
 
-    Measured on first use and remembered for the process (per shape and thread count); False
-    when oneDNN cannot run the product at all."""
-    t = timing(shape)
+    Measured on first use and remembered for the process (per shape, rows and thread count);
+    False when oneDNN cannot run the product at all."""
+    t = timing(shape, rows)
     return t is not None and t.onednn
 
 
-def timing(shape: Shape) -> Timing | None:
-    """The remembered (or now measured) timing of `shape`; None when oneDNN cannot run it."""
+def timing(shape: Shape, rows: int = TIMING_ROWS) -> Timing | None:
+    """The remembered (or now measured) timing of `shape` at `rows` rows (capped at
+    MAX_TIMING_ROWS); None when oneDNN cannot run it."""
     import torch
 
-    key = (shape, torch.get_num_threads())
+    rows = max(1, min(rows, MAX_TIMING_ROWS))
+    key = (shape, rows, torch.get_num_threads())
     if key not in _TIMINGS:
         try:
-            _TIMINGS[key] = measure(shape)
+            _TIMINGS[key] = measure(shape, rows)
         except RuntimeError:
             _TIMINGS[key] = None
     return _TIMINGS[key]
@@ -122,7 +127,7 @@ def timing(shape: Shape) -> Timing | None:
 
 def remembered() -> dict[str, Timing | None]:
     """Every timing taken in this process, by :meth:`Shape.key` (for reports)."""
-    return {f"{s.key()} threads={n}": t for (s, n), t in _TIMINGS.items()}
+    return {f"{s.key()} rows={r} threads={n}": t for (s, r, n), t in _TIMINGS.items()}
 
 
 def forget() -> None:

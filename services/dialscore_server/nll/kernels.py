@@ -120,7 +120,8 @@ def check(module, in_features: int, gelu: bool) -> bool:
     return float((got.float() - want.float()).abs().max()) <= tolerance * scale
 
 
-def optimize(model, *, onednn: bool | None = None, fuse_gelu: bool = True) -> dict[str, Any]:
+def optimize(model, *, onednn: bool | None = None, fuse_gelu: bool = True,
+             rows: int = kernel_choice.TIMING_ROWS) -> dict[str, Any]:
     """Apply the kernels above to `model`'s transformer body in place; returns what was changed.
 
     Args:
@@ -130,6 +131,8 @@ def optimize(model, *, onednn: bool | None = None, fuse_gelu: bool = True) -> di
             every such layer (the AVX-512 premise, unmeasured). ``False``: none.
         fuse_gelu: replace GPT-2's five-op GELU by the one-kernel version, folded into ``c_fc``'s
             product where that layer is routed to oneDNN.
+        rows: the row count the body's shapes are timed at (the engine's pass size); the head is
+            timed at :data:`kernel_choice.TIMING_ROWS` (about one projection chunk).
 
     Returns counts ``onednn_linears`` (layers routed), ``stock_linears`` (float32/bfloat16 CPU
     layers left on PyTorch's route because it measured faster, or because oneDNN failed the
@@ -153,11 +156,14 @@ def optimize(model, *, onednn: bool | None = None, fuse_gelu: bool = True) -> di
     use_onednn = onednn is not False and onednn_linear_available()
     measured: set[kernel_choice.Shape] = set()
 
-    def wanted(shape: kernel_choice.Shape) -> bool:
+    timed_at: dict[kernel_choice.Shape, int] = {}
+
+    def wanted(shape: kernel_choice.Shape, at: int = rows) -> bool:
         if onednn is True:
             return True
         measured.add(shape)
-        return kernel_choice.onednn_is_faster(shape)
+        timed_at[shape] = at
+        return kernel_choice.onednn_is_faster(shape, at)
 
     def shape_of(module, gelu: bool) -> kernel_choice.Shape:
         w = module.weight
@@ -216,6 +222,7 @@ def optimize(model, *, onednn: bool | None = None, fuse_gelu: bool = True) -> di
                 done["stock_linears"] += 1
         if head is not None and head.weight.device.type == "cpu":
             vocab, width = head.weight.shape
-            done["onednn_head"] = wanted(kernel_choice.Shape(width, vocab, "float32", False, False))
-    done["routes"] = {s.key(): kernel_choice.timing(s) for s in measured}
+            done["onednn_head"] = wanted(kernel_choice.Shape(width, vocab, "float32", False, False),
+                                         kernel_choice.TIMING_ROWS)
+    done["routes"] = {s.key(): kernel_choice.timing(s, timed_at[s]) for s in measured}
     return done
