@@ -49,3 +49,15 @@ async def cancel_while_first_chunk_runs(request: Awaitable[Any], calls: list[Any
         await task
     release.set()
     await asyncio.sleep(0.2)
+
+
+def assert_only_the_running_chunk_was_wasted(stats: dict, wasted: int, dropped: int) -> None:
+    """The ledger after :func:`cancel_while_first_chunk_runs`: the running chunk (`wasted` in
+    the ledger's unit) was finished for nobody, the rest (`dropped`) never computed, nothing is
+    in flight, all engine time went to the cancelled chunk and part of it ran after the cancel."""
+    import pytest
+
+    assert stats["wasted"] == wasted and stats["dropped"] == dropped
+    assert stats["done"] == 0 and stats["in_flight"] == 0
+    assert stats["wasted_s"] == pytest.approx(stats["busy_s"])
+    assert 0 < stats["orphan_s"] < stats["wasted_s"]  # the call went on after the cancel

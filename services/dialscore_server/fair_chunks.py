@@ -28,30 +28,44 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Generic, Literal, Protocol, TypeVar
 
 from dialscore_server import metrics
 from dialscore_server.contract.errors import ServiceError
 from dialscore_server.contract.reply import BatchReport, Reply
 from dialscore_server.interruption import CallGuard
 
-__all__ = ["Chunk", "ChunkReplies", "EngineThread", "WorkLedger", "WorkStats", "abandoned_reply",
-           "call_guard", "charged", "one_call_at_a_time", "run_in_turn"]
+__all__ = ["Chunk", "ChunkReplies", "ChunkState", "EngineThread", "WorkLedger", "WorkStats",
+           "abandoned_reply", "run_in_turn"]
 
 T = TypeVar("T")
+R = TypeVar("R")
 C = TypeVar("C", bound="Chunk")
 How = Literal["done", "wasted", "dropped"]
 
 
 class Chunk(Protocol):
-    """One chunk of an admitted request. `cost`: its work in the ledger's unit (at least 1);
-    `started`/`cancelled`/`cancelled_at` are set here: its engine call began; nobody waits for it
-    any more, since that moment (``time.perf_counter``)."""
+    """One chunk of an admitted request: its `cost` in the ledger's unit (at least 1) and the
+    :class:`ChunkState` this module keeps on it."""
 
     cost: int
     started: bool
     cancelled: bool
     cancelled_at: float
+    on_start: Callable[[], None] | None
+
+
+@dataclass(kw_only=True)
+class ChunkState:
+    """What this module records on a chunk (endpoints' chunk classes inherit it): `started`: its
+    engine call began; `cancelled`: nobody waits for it any more, since `cancelled_at`
+    (``time.perf_counter``); `on_start`: called once, from the engine's thread, when its engine
+    call begins."""
+
+    started: bool = False
+    cancelled: bool = False
+    cancelled_at: float = 0.0
+    on_start: Callable[[], None] | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -59,7 +73,7 @@ class WorkStats:
     """What a replica computed, in its `unit` and in seconds of engine time (see the module
     docstring): `done`, `wasted`, `dropped` and `in_flight` work; `busy_s` engine time, of which
     `wasted_s` went to chunks cancelled by the end of their call and `orphan_s` ran after their
-    cancel (:meth:`WorkLedger.called`); `chunks` computed in `calls` engine calls."""
+    cancel (:meth:`WorkLedger.call`); `chunks` computed in `calls` engine calls."""
 
     unit: str
     done: int = 0
@@ -85,17 +99,6 @@ class WorkLedger:
     def __init__(self, model: str, unit: str):
         self.model, self.unit = model, unit
         self.stats = WorkStats(unit)
-        self._on_start: dict[int, Callable[[], None]] = {}
-        self._on_start_lock = threading.Lock()
-
-    def when_started(self, chunk: Chunk, callback: Callable[[], None]) -> None:
-        """Call `callback` (from the engine's thread) when `chunk`'s engine call begins."""
-        with self._on_start_lock:
-            self._on_start[id(chunk)] = callback
-
-    def forget(self, chunk: Chunk) -> None:
-        with self._on_start_lock:
-            self._on_start.pop(id(chunk), None)
 
     def admitted(self, chunks: Sequence[Chunk]) -> None:
         cost = sum(c.cost for c in chunks)
@@ -103,26 +106,40 @@ class WorkLedger:
             self.stats.in_flight += cost
         metrics.WORK_IN_FLIGHT.labels(self.model, self.unit).inc(cost)
 
-    def started(self, chunks: Sequence[Chunk]) -> None:
-        """Mark `chunks` as running (their engine call begins) and call their start callbacks."""
+    def call(self, chunks: Sequence[C], compute: Callable[[CallGuard], R]
+             ) -> tuple[R, float] | None:
+        """One engine call for `chunks`: ``compute(guard)`` runs it, with a guard over the
+        chunks' indices (a chunk is wanted until it is cancelled; see
+        :mod:`dialscore_server.interruption`), and the call is accounted (:meth:`_called`).
+        Returns its value and duration in seconds, or None without calling the engine when every
+        chunk is already cancelled (nobody waits for any of them)."""
+        if all(c.cancelled for c in chunks):
+            return None
         for c in chunks:
             c.started = True
-            with self._on_start_lock:
-                callback = self._on_start.pop(id(c), None)
+            callback, c.on_start = c.on_start, None
             if callback is not None:
                 callback()
+        guard = CallGuard(
+            lambda k: not chunks[k].cancelled,
+            cancelled_at=lambda k: chunks[k].cancelled_at if chunks[k].cancelled else None)
+        start = time.perf_counter()
+        value = compute(guard)
+        end = time.perf_counter()
+        self._called(chunks, start, end, guard)
+        return value, end - start
 
-    def called(self, chunks: Sequence[Chunk], start: float, end: float,
-               charged: Sequence[tuple[float, float]] | None = None) -> None:
-        """One engine call computed `chunks` from `start` to `end` (``time.perf_counter``).
-        `charged`: per chunk, the engine seconds spent on it and the part of those after its
-        cancel (:func:`charged`); the call's time outside its passes, or all of it without
-        `charged`, is shared by cost over the whole call. *Wasted* time: spent on chunks
-        cancelled by the end of the call (their answers are never delivered); *orphan* time: the
-        part of it after the cancel, when nobody waited any more."""
+    def _called(self, chunks: Sequence[Chunk], start: float, end: float, guard: CallGuard) -> None:
+        """Account one engine call of `chunks` from `start` to `end` (``time.perf_counter``). The
+        guard's clock holds the engine seconds spent on each chunk and the part of those after
+        its cancel; the call's time outside its passes (all of it, for an engine without a clock)
+        is shared by cost over the whole call. *Wasted* time: spent on chunks cancelled by the
+        end of the call (their answers are never delivered); *orphan* time: the part of it after
+        the cancel, when nobody waited any more."""
         compute_s = end - start
         total = sum(c.cost for c in chunks) or 1
-        per_chunk = list(charged) if charged is not None else [(0.0, 0.0)] * len(chunks)
+        per_chunk = [(guard.seconds.get(k, 0.0), guard.seconds_after_cancel.get(k, 0.0))
+                     for k in range(len(chunks))]
         rest = max(0.0, compute_s - sum(t for t, _ in per_chunk))
         wasted = orphan = 0.0
         for c, (t, late) in zip(chunks, per_chunk):
@@ -171,23 +188,9 @@ class ChunkReplies(Generic[T]):
     batches: list[tuple[BatchReport, int]] = field(default_factory=list)
 
 
-def call_guard(chunks: Sequence[Chunk]) -> CallGuard:
-    """The guard of one engine call over `chunks` (index k = chunks[k]): a chunk is wanted until
-    it is cancelled; after the call, ``guard.seconds[k]`` is the engine time charged to it and
-    ``guard.seconds_after_cancel[k]`` the part of it that ran after the cancel."""
-    return CallGuard(lambda k: not chunks[k].cancelled,
-                     cancelled_at=lambda k: chunks[k].cancelled_at if chunks[k].cancelled else None)
-
-
-def charged(guard: CallGuard, chunks: int) -> list[tuple[float, float]]:
-    """(engine seconds, of which after the cancel) per chunk of a call, from its
-    :func:`call_guard`."""
-    return [(guard.seconds.get(k, 0.0), guard.seconds_after_cancel.get(k, 0.0))
-            for k in range(chunks)]
-
-
-class EngineThread:
-    """The one long-lived thread that runs a replica's engine calls.
+class EngineThread(Generic[C, T]):
+    """The one long-lived thread that runs a replica's engine calls, ``run(chunks)`` (one reply
+    per chunk).
 
     A replica's engine calls never overlap (Serve runs one batch at a time), so one thread is
     enough; keeping it the same thread keeps one OpenMP thread team for PyTorch's CPU kernels
@@ -195,24 +198,19 @@ class EngineThread:
     ``asyncio.to_thread``'s pool threads would start several) and the thread's own settings
     (``torch.set_num_threads`` is per thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, run: Callable[[Sequence[C]], list[Reply[T]]]) -> None:
+        self._run = run
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dialscore-engine")
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` on the engine thread, awaited from the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+    async def call(self, chunks: Sequence[C]) -> list[Reply[T]]:
+        """``run(chunks)`` on the engine thread, awaited (what a batching runner calls)."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._run, chunks)
 
-
-def one_call_at_a_time(thread: EngineThread, run: Callable[[Sequence[C]], Sequence[Reply[T]]]
-                       ) -> Callable[[C], Awaitable[Reply[T]]]:
-    """A runner for a serving used without ``@serve.batch`` (in-process, tests): each chunk is
-    its own call of `run` on the engine `thread`, so calls run one at a time as a replica runs its
-    batches (a request's next chunk, sent when the current one begins, waits its turn)."""
-
-    async def run_alone(chunk: C) -> Reply[T]:
-        return (await thread.run(run, [chunk]))[0]
-
-    return run_alone
+    async def run_alone(self, chunk: C) -> Reply[T]:
+        """The runner of a serving used without ``@serve.batch`` (in-process, tests): each chunk
+        is its own call, one at a time as a replica runs its batches (a request's next chunk,
+        sent when the current one begins, waits its turn)."""
+        return (await self.call([chunk]))[0]
 
 
 def abandoned_reply() -> Reply:
@@ -235,7 +233,7 @@ async def run_in_turn(chunks: Sequence[C], run: Callable[[C], Awaitable[Reply[T]
 
     def send(chunk: C) -> None:
         began = asyncio.Event()
-        ledger.when_started(chunk, lambda: loop.call_soon_threadsafe(began.set))
+        chunk.on_start = lambda: loop.call_soon_threadsafe(began.set)
         task = asyncio.ensure_future(run(chunk))
         # A task given up on below must not log "exception never retrieved".
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
@@ -248,7 +246,6 @@ async def run_in_turn(chunks: Sequence[C], run: Callable[[C], Awaitable[Reply[T]
             task.cancel()
             chunks[j].cancelled_at = time.perf_counter()
             chunks[j].cancelled = True
-            ledger.forget(chunks[j])
             ledger.finish([chunks[j]], how_running if chunks[j].started else "dropped")
         ledger.finish(chunks[len(sent):], "dropped")
 
@@ -268,7 +265,6 @@ async def run_in_turn(chunks: Sequence[C], run: Callable[[C], Awaitable[Reply[T]
                 if not task.done() or (task.exception() is None and task.result().error is None):
                     send(chunks[k + 1])
             reply = await task
-            ledger.forget(chunk)
             if reply.error is not None:
                 ledger.finish([chunk], "dropped")
                 give_up(k + 1, "wasted")

@@ -98,15 +98,14 @@ class PassWatch:
         self.kept = list(range(len(self.items)))
         self.left_at: dict[int, float] = {}
 
-    def abandoned(self) -> bool:
-        return not any(self.wanted(self.items[p]) for p in self.kept)
-
     def before_layer(self, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        if self.abandoned():
-            raise PassAbandoned
         if not self.shed:
+            if not any(self.wanted(self.items[p]) for p in self.kept):
+                raise PassAbandoned
             return None
         live = [p for p in self.kept if self.wanted(self.items[p])]
+        if not live:
+            raise PassAbandoned
         if len(live) == len(self.kept) == len(self.items):
             return None  # nothing shed so far: the layer's inputs are the pass's own
         shed = _shed_rows(args, kwargs, self.kept, live, len(self.items))
@@ -148,6 +147,11 @@ def _shed_rows(args: tuple, kwargs: dict, kept: list[int], live: list[int], full
     return (hidden, mask, *rest), kwargs
 
 
+def _weights(weights: Sequence[float] | None, n: int) -> list[float]:
+    """`weights` as a list, or n equal weights when none (or none positive) are given."""
+    return list(weights) if weights is not None and sum(weights) > 0 else [1.0] * n
+
+
 class ItemClock:
     """Seconds of one engine call per item index: each timed pass's wall time shared among its
     items in proportion to their weights (positions computed for them). With `cancelled_at`
@@ -165,7 +169,7 @@ class ItemClock:
         the time each item stayed in the pass (until its entry in `ends`, default `end`)."""
         if not items:
             return
-        w = list(weights) if weights is not None and sum(weights) > 0 else [1.0] * len(items)
+        w = _weights(weights, len(items))
         stay = [max(0.0, e - start) for e in ends] if ends is not None else [end - start] * len(w)
         load = [x * d for x, d in zip(w, stay)]
         total, seconds = sum(load), max(0.0, end - start)
@@ -249,7 +253,10 @@ class CallGuard:
 
     def any_wanted(self, items: Sequence[int]) -> bool:
         """Is any of `items` wanted? When none is, they are counted as skipped."""
-        return bool(self.keep(items)) if not any(self.wanted(i) for i in items) else True
+        if any(self.wanted(i) for i in items):
+            return True
+        self._root().skipped += len(items)
+        return False
 
     def charge(self, items: Sequence[int], weights: Sequence[float] | None, start: float,
                end: float, ends: Sequence[float] | None = None) -> None:
@@ -261,7 +268,7 @@ class CallGuard:
         if self._owners is None:
             self._parent.charge(items, weights, start, end, ends)
             return
-        w = list(weights) if weights is not None and sum(weights) > 0 else [1.0] * len(items)
+        w = _weights(weights, len(items))
         e = list(ends) if ends is not None else [end] * len(items)
         owners: list[int] = []
         shares: list[float] = []

@@ -20,7 +20,6 @@ from dialscore_server.contradiction.classifier import NLIPairClassifier
 from dialscore_server.contradiction.engine import ContradictionDetector
 from dialscore_server.contradiction.pairing import DetectionJob, Turn
 from dialscore_server.contradiction.serving import ContradictionServing
-from dialscore_server.fair_chunks import one_call_at_a_time
 from dialscore_server.interruption import CallGuard, LayerChecks
 from dialscore_server.nll.encoding import EncodedItem
 from dialscore_server.nll.engine import NLLEngine
@@ -205,11 +204,10 @@ def test_the_next_chunk_is_queued_while_the_current_one_runs():
             return super().score_encoded(encoded, guard)
 
     serving = NLLServing(Engine(card), max_batch_tokens=8192, chunk_tokens=20)
-    run = one_call_at_a_time(serving.engine_thread, serving.run)
 
     async def runner(work):
         sent.append(work)
-        return await run(work)
+        return await serving.engine_thread.run_alone(work)
 
     reply = asyncio.run(serving.score([NLLItem(target="a b c d e f g h", source="x y z " * 4)
                                        for _ in range(6)], runner=runner))

@@ -73,6 +73,7 @@ def test_a_request_whose_headers_are_late_gets_a_408(server):
     assert answer.startswith(b"HTTP/1.1 408"), answer
     body = json.loads(answer.split(b"\r\n\r\n", 1)[1])
     assert body["error"]["type"] == "timeout" and body["error"]["param"] == "headers"
+    assert b"x-error-type: timeout" in answer.lower()
     assert 0.8 < waited < 30  # not before the deadline; never a hang (a busy machine is slow)
     assert count("headers") == before + 1
 

@@ -5,6 +5,7 @@ same app is unaffected."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from urllib.parse import urlsplit
@@ -86,7 +87,9 @@ def test_trickled_headers_get_a_408_from_the_proxy(served):
         answer += rest
         elapsed = time.monotonic() - start
     assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
-    assert b'"param": "headers"' in answer and b'"type": "timeout"' in answer
+    error = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+    assert error["type"] == "timeout" and error["param"] == "headers"
+    assert b"x-error-type: timeout" in answer.lower()
     assert 2 < elapsed < 15
     with socket.create_connection((parts.hostname, parts.port), timeout=30) as idle:
         answer, waited = read_until_closed(idle, 15)

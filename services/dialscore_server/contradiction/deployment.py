@@ -60,4 +60,4 @@ class ContradictionDeployment:
 
     @serve.batch(max_batch_size=1024, batch_wait_timeout_s=0.005, batch_size_fn=_batch_pairs)
     async def _batched(self, works: list[Work]) -> list[Reply[list[DetectionResult]]]:
-        return await self.serving.call(works)
+        return await self.serving.engine_thread.call(works)

@@ -15,7 +15,6 @@ over a fake classifier.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -26,8 +25,7 @@ from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.pairing import DetectionJob, DetectionResult, plan_pairs
 from dialscore_server.fair_chunks import (
-    EngineThread, WorkLedger, abandoned_reply, call_guard, charged, one_call_at_a_time,
-    run_in_turn,
+    ChunkState, EngineThread, WorkLedger, abandoned_reply, run_in_turn,
 )
 from dialscore_server.interruption import CallGuard
 
@@ -43,15 +41,12 @@ class Detector(Engine, Protocol):
 
 
 @dataclass
-class Work:
+class Work(ChunkState):
     """One chunk of an admitted job and the NLI pairs it costs (at least 1, so an empty chunk
-    still counts in a batch). `started`/`cancelled`/`cancelled_at` as fair_chunks.Chunk."""
+    still counts in a batch)."""
 
     job: DetectionJob
     pairs: int
-    started: bool = False
-    cancelled: bool = False
-    cancelled_at: float = 0.0
 
     @property
     def cost(self) -> int:
@@ -94,9 +89,9 @@ class ContradictionServing:
         self.chunk_pairs = max(1, min(chunk_pairs, max_batch_pairs))
         self._card = engine.card()
         self.ledger = WorkLedger(model or self._card.name, "pairs")
-        self.engine_thread = EngineThread()
-        #: The runner used without ``@serve.batch``: one chunk per engine call, one at a time.
-        self.run_alone = one_call_at_a_time(self.engine_thread, self.run)
+        #: Runs the engine calls (``engine_thread.call`` is what ``@serve.batch`` awaits);
+        #: without ``@serve.batch``, ``engine_thread.run_alone`` runs one chunk per call.
+        self.engine_thread: EngineThread[Work, list[DetectionResult]] = EngineThread(self.run)
 
     def card(self) -> ModelCard:
         return self._card
@@ -115,22 +110,14 @@ class ContradictionServing:
         """One detector call for every chunk of `works`; one reply per work, in order. The
         detector stops computing a work cancelled while the call runs; such a work (nobody waits
         for it) gets an error reply."""
-        if all(w.cancelled for w in works):  # nobody waits for any of them: no engine call
+        got = self.ledger.call(
+            works, lambda guard: self.engine.detect_many([w.job for w in works], guard))
+        if got is None:
             return [abandoned_reply() for _ in works]
-        self.ledger.started(works)
-        guard = call_guard(works)
-        start = time.perf_counter()
-        outputs = self.engine.detect_many([w.job for w in works], guard)
-        end = time.perf_counter()
-        compute = end - start
-        self.ledger.called(works, start, end, charged(guard, len(works)))
+        outputs, compute = got
         return [abandoned_reply() if out is None else
                 Reply(value=list(out), batch_requests=len(works), compute_s=compute)
                 for out in outputs]
-
-    async def call(self, works: Sequence[Work]) -> list[Reply[list[DetectionResult]]]:
-        """:meth:`run` on the engine thread, awaited (what a batching runner calls)."""
-        return await self.engine_thread.run(self.run, works)
 
     async def detect(self, job: DetectionJob, runner: Runner | None = None
                      ) -> Reply[list[DetectionResult]]:
@@ -140,7 +127,7 @@ class ContradictionServing:
             works = self.admit(job)
         except InputError as exc:
             return Reply(error=exc)
-        got = await run_in_turn(works, runner or self.run_alone, self.ledger)
+        got = await run_in_turn(works, runner or self.engine_thread.run_alone, self.ledger)
         if got.error is not None:
             return got.error
         return Reply(value=[r for part in got.values for r in part],

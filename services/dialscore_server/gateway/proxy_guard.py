@@ -15,14 +15,15 @@ The limits, per proxy (one per node), read from the proxy's environment when it 
 * ``DIALSCORE_HEADER_TIMEOUT_S`` (default 10): from a connection's opening, and from the first
   byte of each later request on it, the request's headers must be complete within this many
   seconds. A request begun and not finished in time is answered **408** (``timeout``, param
-  ``headers``) and the connection closed; a connection that sent nothing at all is closed
+  ``headers``; ``x-work-dropped: true`` as every 408 of the service: nothing was computed, so a
+  retry doubles nothing) and the connection closed; a connection that sent nothing at all is closed
   without an answer (there is no request to answer). Idle keep-alive connections stay governed
   by ``keep_alive_timeout_s``.
 * ``DIALSCORE_MAX_CONNECTIONS`` (default 1024): a connection opened while this many are already
   open gets **503** (``overloaded``, ``Retry-After: 1``) to its first request, then is closed.
   Unlike uvicorn's ``limit_concurrency`` (503 in plain text to every connection once over the
-  limit), connections admitted earlier keep being served, and the answer is the service's JSON
-  error body.
+  limit), connections admitted earlier keep being served, and the answer is the service's own
+  error response (gateway/http_errors.py).
 
 Both are counted in ``dialscore_slow_clients_total{kind="headers"|"idle"|"connections"}``,
 recorded from the proxy process to Ray's metrics. :func:`proxy_environment` gives the variables a
@@ -37,13 +38,15 @@ public API; tests/service/test_slow_clients.py checks it on the real proxy.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
+from http import HTTPStatus
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from dialscore_server import metrics
+from dialscore_server.contract.errors import ServiceError
+from dialscore_server.gateway.http_errors import error_response
 
 #: The Ray hook this module fills, and the value that names :func:`install`.
 CALLBACK_VARIABLE = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
@@ -65,11 +68,15 @@ def proxy_environment(header_timeout_s: float | None = None, max_connections: in
     return env
 
 
-def _error(status: int, reason: bytes, kind: str, message: str, param: str | None,
-           extra: bytes = b"") -> bytes:
-    body = json.dumps({"error": {"type": kind, "message": message, "param": param}}).encode()
-    return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n%s\r\n" % (status, reason, len(body), extra) + body)
+def _error(err: ServiceError) -> bytes:
+    """The raw HTTP/1.1 response the gateway would send for `err` (the one error mapping,
+    gateway/http_errors.py: status, JSON body, ``x-error-type``, ``Retry-After``), closing the
+    connection."""
+    response = error_response(err)
+    head = b"".join(name + b": " + value + b"\r\n" for name, value in response.raw_headers)
+    return (b"HTTP/1.1 %d %s\r\n%sconnection: close\r\n\r\n"
+            % (response.status_code, HTTPStatus(response.status_code).phrase.encode(), head)
+            + bytes(response.body))
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -108,10 +115,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._request_begun = False
         if self._over_cap:
             metrics.SLOW_CLIENTS.labels("connections").inc()
-            self.transport.write(_error(
-                503, b"Service Unavailable", "overloaded",
-                f"too many open connections to this proxy (more than {self.max_connections}); "
-                "retry later", None, b"retry-after: 1\r\n"))
+            self.transport.write(_error(ServiceError(
+                "overloaded", f"too many open connections to this proxy (more than "
+                f"{self.max_connections}); retry later", retry_after=1)))
             self.transport.close()
             return
         super().on_headers_complete()
@@ -122,9 +128,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         if self._request_begun:
             metrics.SLOW_CLIENTS.labels("headers").inc()
-            self.transport.write(_error(
-                408, b"Request Timeout", "timeout",
-                f"the request headers did not arrive within {self.header_timeout_s:g} s", "headers"))
+            self.transport.write(_error(ServiceError(
+                "timeout", f"the request headers did not arrive within "
+                f"{self.header_timeout_s:g} s", "headers")))
         else:
             metrics.SLOW_CLIENTS.labels("idle").inc()
         self.transport.close()

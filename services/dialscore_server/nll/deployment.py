@@ -71,4 +71,4 @@ class NLLDeployment:
     async def _batched(self, works: list[Work]) -> list[Reply[Scored]]:
         # The forward pass runs off the event loop, so the replica keeps accepting and
         # tokenizing requests (and answering health checks) while it computes.
-        return await self.serving.call(works)
+        return await self.serving.engine_thread.call(works)

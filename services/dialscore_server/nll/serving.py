@@ -27,8 +27,7 @@ from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
 from dialscore_server.fair_chunks import (
-    EngineThread, WorkLedger, abandoned_reply, call_guard, charged, one_call_at_a_time,
-    run_in_turn,
+    ChunkState, EngineThread, WorkLedger, abandoned_reply, run_in_turn,
 )
 from dialscore_server.interruption import CallGuard
 from dialscore_server.nll.completions import Completed, build_choice
@@ -67,17 +66,13 @@ CHUNK_TOKENS = 2048
 
 
 @dataclass
-class Work:
+class Work(ChunkState):
     """One chunk of an admitted request, already encoded: what waits for an engine call.
     `tokens` is its cost (the items' tokens, at least 1), capped at the replica's
-    max_batch_tokens where Serve sizes batches; `started`/`cancelled`/`cancelled_at` as
-    fair_chunks.Chunk."""
+    max_batch_tokens where Serve sizes batches."""
 
     encoded: list[EncodedItem]
     tokens: int
-    started: bool = False
-    cancelled: bool = False
-    cancelled_at: float = 0.0
 
     @property
     def cost(self) -> int:
@@ -129,9 +124,9 @@ class NLLServing:
         self.chunk_tokens = max(1, min(chunk_tokens, max_batch_tokens))
         self._card = engine.card()
         self.ledger = WorkLedger(model or self._card.name, "tokens")
-        self.engine_thread = EngineThread()
-        #: The runner used without ``@serve.batch``: one chunk per engine call, one at a time.
-        self.run_alone = one_call_at_a_time(self.engine_thread, self.run)
+        #: Runs the engine calls (``engine_thread.call`` is what ``@serve.batch`` awaits);
+        #: without ``@serve.batch``, ``engine_thread.run_alone`` runs one chunk per call.
+        self.engine_thread: EngineThread[Work, Scored] = EngineThread(self.run)
 
     def card(self) -> ModelCard:
         return self._card
@@ -160,17 +155,13 @@ class NLLServing:
         reply carries the call's statistics (so each call is counted once). The engine stops
         computing the items of a work cancelled while the call runs; such a work (nobody waits
         for it) gets an error reply."""
-        if all(w.cancelled for w in works):  # nobody waits for any of them: no engine call
-            return [abandoned_reply() for _ in works]
-        self.ledger.started(works)
-        guard = call_guard(works)
         flat = [e for w in works for e in w.encoded]
-        start = time.perf_counter()
-        results, stats = self.engine.score_encoded(
-            flat, guard.over([[k] for k, w in enumerate(works) for _ in w.encoded]))
-        end = time.perf_counter()
-        compute = end - start
-        self.ledger.called(works, start, end, charged(guard, len(works)))
+        owners = [[k] for k, w in enumerate(works) for _ in w.encoded]
+        got = self.ledger.call(
+            works, lambda guard: self.engine.score_encoded(flat, guard.over(owners)))
+        if got is None:
+            return [abandoned_reply() for _ in works]
+        (results, stats), compute = got
         replies: list[Reply[Scored]] = []
         pos, reported = 0, False
         for w in works:
@@ -185,14 +176,10 @@ class NLLServing:
             reported = True
         return replies
 
-    async def call(self, works: Sequence[Work]) -> list[Reply[Scored]]:
-        """:meth:`run` on the engine thread, awaited (what a batching runner calls)."""
-        return await self.engine_thread.run(self.run, works)
-
     async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
                     runner: Runner | None = None) -> Reply[Scored]:
         """The whole path of one request: admit it (off the event loop: tokenizing is CPU work),
-        hand its chunks to `runner` (default :attr:`run_alone`) in turn, join the
+        hand its chunks to `runner` (default: one chunk per engine call) in turn, join the
         answers, add token strings when asked. Cancelling the caller drops what is left."""
         started = time.perf_counter()
         try:
@@ -200,7 +187,7 @@ class NLLServing:
         except InputError as exc:
             return Reply(error=exc)
         enqueued = time.perf_counter()
-        got = await run_in_turn(works, runner or self.run_alone, self.ledger)
+        got = await run_in_turn(works, runner or self.engine_thread.run_alone, self.ledger)
         if got.error is not None:
             return got.error
         value = Scored([r for scored in got.values for r in scored.results])
@@ -235,7 +222,8 @@ class NLLServing:
             return Reply(error=exc)
         enqueued = time.perf_counter()
         todo = [e for e in encoded if e.target_ids]
-        got = await run_in_turn(self._chunks(todo), runner or self.run_alone, self.ledger)
+        got = await run_in_turn(self._chunks(todo), runner or self.engine_thread.run_alone,
+                                self.ledger)
         if got.error is not None:
             return Reply(error=got.error.error)
         scored = [r for part in got.values for r in part.results]
