@@ -126,6 +126,9 @@ class FakeNLLEngine:
         source = _word_ids(" ".join(item.context or ()) + " " + (item.knowledge or item.source or ""))
         return FakeEncoded(source or (0,), target, False, item=item_json(item))
 
+    def positions(self, item: FakeEncoded, after: FakeEncoded | None = None) -> int:
+        return item.cost  # no prefix reuse: every item computes its whole input
+
     def score_encoded(self, encoded: Sequence[FakeEncoded], guard: CallGuard | None = None
                       ) -> tuple[list[NLLResult | None], BatchStats]:
         results: list[NLLResult | None] = []

@@ -50,6 +50,25 @@ def test_a_cut_moves_back_to_keep_a_context_together():
     assert [len(r) for r in chunk_items([item(1, 10), item(2, 300), item(3, 10)], 100)] == [1, 1, 1]
 
 
+def shared_source(item: EncodedItem, after: EncodedItem | None) -> int:
+    """An item's positions when a source repeated by the previous item is computed once."""
+    return len(item.target_ids) if after and after.source_ids == item.source_ids else item.cost
+
+
+def test_chunks_count_a_repeated_source_once():
+    # 3 contexts of 8 items, 40-token sources and 5-token targets: 360 tokens per context, but
+    # 75 positions computed (the source once, then 8 targets).
+    items = [EncodedItem((c,) * 40, (9,) * 5, False) for c in range(3) for _ in range(8)]
+    assert [len(r) for r in chunk_items(items, 200)] == [4] * 6  # 45 tokens each
+    runs = chunk_items(items, 200, shared_source)
+    assert [len(r) for r in runs] == [16, 8]  # two contexts fit in 200 positions, whole
+    assert all(sum(shared_source(e, r[k - 1] if k else None) for k, e in enumerate(r)) <= 200
+               for r in runs)
+    # A run's first item computes its source even when the previous run ended with the same one.
+    runs = chunk_items(items[:8], 60, shared_source)
+    assert [len(r) for r in runs] == [4, 4]
+
+
 @pytest.fixture(scope="module")
 def dialogpt(stand_in_registry) -> NLLEngine:
     lm = load_model(stand_in_registry.get("dialogpt-medium"))
@@ -76,6 +95,20 @@ def test_chunked_scoring_equals_one_engine_call(dialogpt):
     total = sum(w.tokens for w in chunked.admit(items))
     assert stats["done"] == total and stats["in_flight"] == 0 and stats["unit"] == "tokens"
     assert stats["calls"] == stats["chunks"] == len(chunked.admit(items))
+
+
+def test_a_probe_request_is_one_engine_call_when_its_positions_fit(dialogpt):
+    """Probe-shaped items (explanations after shared contexts) are chunked by what the engine
+    computes: a request whose item tokens exceed chunk_tokens but whose positions fit is one
+    chunk, so its contexts are computed once in one engine call."""
+    ctx = tuple(f"turn {k} : i have been to the market and bought some tea ." for k in range(5))
+    items = [NLLItem(context=(f"{c} ?",) + ctx, target=f"{k} : tea is good .")
+             for c in range(2) for k in range(7)]
+    serving = NLLServing(dialogpt, max_batch_tokens=16384, chunk_tokens=512)
+    (work,) = serving.admit(items)
+    _, stats = dialogpt.score_encoded(work.encoded)
+    assert work.tokens > 512 >= work.positions == stats.real_tokens
+    assert len(NLLServing(dialogpt, 16384, chunk_tokens=work.positions - 1).admit(items)) == 2
 
 
 CARD = ModelCard(name="fake-gpt", family="causal", source="fake", revision=None, max_length=1024,

@@ -254,3 +254,29 @@ def test_serving_option_reaches_engine():
     assert ServingOptions.model_validate({"prefix_reuse": False}).prefix_reuse is False
     with pytest.raises(Exception):
         ServingOptions.model_validate({"prefix_reuse": "sometimes"})
+
+
+@pytest.mark.parametrize("name", ["dialogpt-medium", "bart-base"])
+def test_positions_count_what_a_call_computes(models, name):
+    """`NLLEngine.positions` (what the serving sizes chunks and batches by) is the number of
+    positions the call really computes when each source's items are adjacent and share nothing
+    beyond the source: the source once per run of items, then each target; with reuse off (or a
+    source below min_shared_prefix) every item computes its whole input."""
+    rng = random.Random(4)
+    vocab = models[name].model.config.vocab_size
+    items = []
+    for n_src, size in ((30, 7), (45, 1), (60, 4)):
+        src = tuple(rng.randrange(5, vocab) for _ in range(n_src))
+        firsts = rng.sample(range(5, vocab), size)  # targets differ from their first token on
+        items += [EncodedItem(src, (f,) + tuple(rng.randrange(5, vocab) for _ in range(k % 6)),
+                              False) for k, f in enumerate(firsts)]
+    eng = engine(models, name)
+    positions = [eng.positions(e, items[k - 1] if k else None) for k, e in enumerate(items)]
+    _, stats = eng.score_encoded(items)
+    assert sum(positions) == stats.real_tokens < stats.item_tokens
+    off = engine(models, name, prefix_reuse=False)
+    plain = [off.positions(e, items[k - 1] if k else None) for k, e in enumerate(items)]
+    assert sum(plain) == off.score_encoded(items)[1].real_tokens == stats.item_tokens
+    short = [EncodedItem((7,) * 5, (8 + k,), False) for k in range(3)]
+    if name == "dialogpt-medium":  # a 5-token source is not shared by a decoder-only model
+        assert [eng.positions(e, short[k - 1] if k else None) for k, e in enumerate(short)] == [6] * 3

@@ -29,13 +29,17 @@ class ServingOptions(BaseModel):
     max_queued_requests: int = Field(
         256, ge=-1, description="Requests waiting for a replica before the gateway sheds with 503 "
         "(-1: unbounded).")
-    max_batch_tokens: int = Field(8192, ge=1, le=16384,
-                                  description="Tokens merged from many requests into one engine call.")
+    max_batch_tokens: int = Field(
+        8192, ge=1, le=16384, description="NLL models: positions the engine computes (a source "
+        "repeated by consecutive items counted once), merged from many requests into one engine "
+        "call.")
     batch_wait_timeout_s: float = Field(0.005, ge=0, le=1,
                                         description="How long a batch waits to fill.")
     chunk_tokens: int = Field(
         2048, ge=1, description="NLL models: a request is computed in chunks of about this many "
-        "tokens (whole items, a context's items kept together where possible), one chunk per "
+        "computed positions (whole items; a source repeated by consecutive items counted once, "
+        "as prefix reuse computes it once; a context's items kept together where possible), one "
+        "chunk per "
         "request in each engine call, so requests share the replica round-robin and a small one "
         "never waits behind all of a large one; a cancelled or timed-out request's remaining "
         "chunks are dropped. Capped at max_batch_tokens.")

@@ -1,5 +1,6 @@
 """The Ray Serve deployment of an NLL engine: :class:`~dialscore_server.nll.serving.NLLServing`
-with ``@serve.batch`` merging requests from many callers into one engine call, sized by tokens.
+with ``@serve.batch`` merging requests from many callers into one engine call, sized by the
+positions the engine computes (``Work.positions``).
 
 It receives the engine class (default :class:`~dialscore_server.nll.engine.NLLEngine`) and builds
 it with ``from_options``, so a test can serve a fake engine that loads no model. Requests are
@@ -23,12 +24,12 @@ from dialscore_server.nll.encoding import NLLItem
 from dialscore_server.nll.engine import NLLEngine
 from dialscore_server.nll.serving import NLLScorer, NLLServing, Scored, Work
 
-#: Upper bound of `max_batch_tokens` (Serve's max_batch_size, counted in tokens).
+#: Upper bound of `max_batch_tokens` (Serve's max_batch_size, counted in computed positions).
 MAX_BATCH_TOKENS = 16384
 
 
-def _batch_tokens(works: list[Work]) -> int:
-    return sum(w.tokens for w in works)
+def _batch_positions(works: list[Work]) -> int:
+    return sum(w.positions for w in works)
 
 
 @serve.deployment(name="nll", max_ongoing_requests=64, ray_actor_options={"num_cpus": 0.5})
@@ -67,7 +68,7 @@ class NLLDeployment:
         return await self.serving.complete(prompts, params, echo=echo, generate=generate,
                                            logprobs=logprobs, runner=self._batched)
 
-    @serve.batch(max_batch_size=8192, batch_wait_timeout_s=0.005, batch_size_fn=_batch_tokens)
+    @serve.batch(max_batch_size=8192, batch_wait_timeout_s=0.005, batch_size_fn=_batch_positions)
     async def _batched(self, works: list[Work]) -> list[Reply[Scored]]:
         # The forward pass runs off the event loop, so the replica keeps accepting and
         # tokenizing requests (and answering health checks) while it computes.

@@ -216,6 +216,22 @@ class NLLEngine:
         :class:`~dialscore_server.nll.encoding.NLLEncoder`."""
         return self.encoder.encode(item)
 
+    def positions(self, item: EncodedItem, after: EncodedItem | None = None) -> int:
+        """About how many positions an engine call computes for `item` when it comes right after
+        `after` in the call: its whole input (``cost``; seq2seq adds the unscored decoder inputs
+        before the target), less its source when the source repeats `after`'s and prefix reuse
+        computes it once (decoder-only: a source of at least ``min_shared_prefix`` tokens, which
+        then heads a shared-prefix group). A lower bound on sharing: items of one call that share
+        a source without being adjacent, or share more than their source, are shared too. What
+        the serving sizes its chunks and batches by (engine time follows computed positions, not
+        item tokens)."""
+        causal = self.config.family == "causal"
+        whole = item.cost + (0 if causal else len(self.encoder.decoder_prefix) - 1)
+        if (self.prefix_reuse and after is not None and after.source_ids == item.source_ids
+                and (not causal or len(item.source_ids) >= self.min_shared_prefix)):
+            return max(1, whole - len(item.source_ids))
+        return whole
+
     # ----------------------------------------------------------------------------- scoring
     def score(self, items: Sequence[NLLItem]) -> list[NLLResult]:
         """Encode and score `items`; results keep the items' order."""

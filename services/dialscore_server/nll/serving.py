@@ -1,6 +1,6 @@
 """The NLL endpoint's work on one replica, without Ray: admit a request (validate and tokenize
-it), cut it into chunks of about ``chunk_tokens`` tokens, run merged chunks of many requests
-through the engine in one call, put each request's answer back together.
+it), cut it into chunks of about ``chunk_tokens`` computed positions, run merged chunks of many
+requests through the engine in one call, put each request's answer back together.
 
 Fair sharing and no orphan work as :mod:`dialscore_server.fair_chunks` describes: a request has
 at most one chunk running and one queued, so a small request waits for about one chunk of a large
@@ -41,6 +41,8 @@ class NLLScorer(Engine, Protocol):
 
     def encode(self, item: NLLItem) -> EncodedItem: ...
 
+    def positions(self, item: EncodedItem, after: EncodedItem | None = None) -> int: ...
+
     def score_encoded(self, encoded: Sequence[EncodedItem], guard: CallGuard | None = None
                       ) -> tuple[list[NLLResult | None], BatchStats]: ...
 
@@ -68,41 +70,59 @@ CHUNK_TOKENS = 2048
 @dataclass
 class Work(ChunkState):
     """One chunk of an admitted request, already encoded: what waits for an engine call.
-    `tokens` is its cost (the items' tokens, at least 1), capped at the replica's
-    max_batch_tokens where Serve sizes batches."""
+    `tokens`: the items' tokens (sources and targets, what the request's ``usage`` counts; at
+    least 1), its cost in the work ledger. `positions`: about how many positions the engine
+    computes for it (a source repeated by consecutive items counted once, see
+    ``NLLEngine.positions``; at least 1, at most the replica's max_batch_tokens), what Serve
+    sizes batches by."""
 
     encoded: list[EncodedItem]
     tokens: int
+    positions: int
 
     @property
     def cost(self) -> int:
         return self.tokens
 
 
-def chunk_items(encoded: Sequence[EncodedItem], chunk_tokens: int) -> list[list[EncodedItem]]:
-    """Cut `encoded` into runs of consecutive items of at most `chunk_tokens` tokens (an item
-    larger than that is a run of its own; no items, no runs); every item is in exactly one run, in
-    order. Within the
-    last quarter of a run's budget the cut moves back to the last change of source, so that a
-    context's items stay together unless their group alone is large."""
+#: What an item costs a chunk, given the item before it in the chunk (None for the first):
+#: ``NLLEngine.positions``.
+Positions = Callable[[EncodedItem, "EncodedItem | None"], int]
+
+
+def item_tokens(item: EncodedItem, after: EncodedItem | None = None) -> int:
+    """An item's cost when nothing is shared: its tokens."""
+    return item.cost
+
+
+def chunk_items(encoded: Sequence[EncodedItem], chunk_tokens: int,
+                positions: Positions = item_tokens) -> list[list[EncodedItem]]:
+    """Cut `encoded` into runs of consecutive items costing at most `chunk_tokens` in all, where
+    ``positions(item, previous item of the run)`` is an item's cost (default: its tokens; the
+    engine's counts a source repeated by consecutive items once). An item costing more than that
+    alone is a run of its own; no items, no runs; every item is in exactly one run, in order.
+    Within the last quarter of a run's budget the cut moves back to the last change of source, so
+    that a context's items stay together unless their group alone is large."""
     runs: list[list[EncodedItem]] = []
     run: list[EncodedItem] = []
-    size = 0
+    sizes: list[int] = []  # each item's cost in `run`
     for item in encoded:
-        if run and size + item.cost > chunk_tokens:
+        size = positions(item, run[-1] if run else None)
+        if run and sum(sizes) + size > chunk_tokens:
             cut = len(run)
             for j in range(len(run) - 1, 0, -1):  # the last change of source, if near the end
                 if run[j].source_ids != run[j - 1].source_ids:
-                    if sum(e.cost for e in run[:j]) >= chunk_tokens * 3 // 4:
+                    if sum(sizes[:j]) >= chunk_tokens * 3 // 4:
                         cut = j
                     break
             if cut < len(run) and run[cut].source_ids != item.source_ids:
                 cut = len(run)  # the tail does not share the next item's source anyway
             runs.append(run[:cut])
             run = run[cut:]
-            size = sum(e.cost for e in run)
+            sizes = [positions(e, run[k - 1] if k else None) for k, e in enumerate(run)]
+            size = positions(item, run[-1] if run else None)
         run.append(item)
-        size += item.cost
+        sizes.append(size)
     if run:
         runs.append(run)
     return runs
@@ -114,8 +134,13 @@ Runner = Callable[[Work], Awaitable[Reply[Scored]]]
 
 
 class NLLServing:
-    """Scores requests on one engine, in chunks of about `chunk_tokens` tokens (capped at
-    `max_batch_tokens`, the most one engine call merges). `model` labels the metrics."""
+    """Scores requests on one engine, in chunks of about `chunk_tokens` computed positions
+    (``engine.positions``: a source repeated by consecutive items counted once; capped at
+    `max_batch_tokens`, the most one engine call merges). Engine time follows computed
+    positions, so chunks of equal positions take about equal time whatever the items share;
+    counted in item tokens, a probe's chunk (explanations after one long context) would hold a
+    third of what it computes in that time, and cut each context's items into more engine calls.
+    `model` labels the metrics."""
 
     def __init__(self, engine: NLLScorer, max_batch_tokens: int, chunk_tokens: int = CHUNK_TOKENS,
                  model: str = ""):
@@ -147,8 +172,13 @@ class NLLServing:
 
     def _chunks(self, encoded: Sequence[EncodedItem]) -> list[Work]:
         """`encoded` as the chunks of one request (see :func:`chunk_items`)."""
-        return [Work(run, max(1, min(sum(e.cost for e in run), self.max_batch_tokens)))
-                for run in chunk_items(encoded, self.chunk_tokens)]
+        positions = self.engine.positions
+        works = []
+        for run in chunk_items(encoded, self.chunk_tokens, positions):
+            computed = sum(positions(e, run[k - 1] if k else None) for k, e in enumerate(run))
+            works.append(Work(run, tokens=max(1, sum(e.cost for e in run)),
+                              positions=max(1, min(computed, self.max_batch_tokens))))
+        return works
 
     def run(self, works: Sequence[Work]) -> list[Reply[Scored]]:
         """One engine call for every item of `works`; one reply per work, in order. The first
