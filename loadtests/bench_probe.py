@@ -223,8 +223,10 @@ def lm_eval_padding(lengths: list[int], batch_size: int) -> int:
 
 
 def http_scores(source: Path, config, groups_json, args, in_process
-                ) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
-    """Serve the checkpoint on loopback and POST the requests from concurrent clients.
+                ) -> tuple[list[float], list[float], list, list[float]]:
+    """Serve the checkpoint on loopback and POST the requests from concurrent clients: (NLLs of
+    the last round, each round's seconds, each round's ClosedLoopRun, each in-process run's
+    seconds).
 
     Each HTTP round alternates with an in-process run (`in_process()`, returning seconds), so that
     both see the same background (Ray's own processes idle beside them, other load on the
@@ -251,14 +253,14 @@ def http_scores(source: Path, config, groups_json, args, in_process
     with serve_locally(app_args, num_cpus=4, name="bench-probe") as url:
         httpx.post(f"{url}/v1/nll", json={"model": "dialogpt-medium", "items": requests[0][:7]},
                    timeout=1800).raise_for_status()  # warm-up
-        seconds, local = [], []
+        seconds, runs, local = [], [], []
         for _ in range(args.repeat_engine):
             local.append(in_process())
             run = asyncio.run(closed_loop_nll(url, "dialogpt-medium", requests, args.clients,
                                               timeout=1800))
             seconds.append(run.seconds)
-    # Latencies and compute times of the last run.
-    return [x for r in run.nlls for x in r], seconds, run.latencies, run.compute_s, local
+            runs.append(run)
+    return [x for r in run.nlls for x in r], seconds, runs, local
 
 
 # ------------------------------------------------------------------------------------- main
@@ -502,17 +504,25 @@ def main(argv=None) -> int:
         groups_json = [[{"context": list(it.context), "target": it.target} for it in g] for g in groups]
         del engine_plain, engine_stock, stock, stock_loaded
         gc.collect()
-        served, t_http, latencies, computes, t_local = http_scores(
+        served, t_http, http_runs, t_local = http_scores(
             source, config, groups_json, args,
             lambda: timed(lambda: engine_reuse.score_encoded(encoded), device)[1])
         nlls["http"] = served
         timings["http"] += t_http
         timings["reuse_beside_http"] += t_local
-        http_note = (f"(e): {len(latencies)} requests of {args.groups_per_request} groups from "
-                     f"{args.clients} clients; latency p50 {statistics.median(latencies):.2f} s, "
-                     f"max {max(latencies):.2f} s; engine time in the replica (x-compute-time, last "
-                     f"run): median {statistics.median(computes):.2f} s, max {max(computes):.2f} s; "
-                     "the path includes JSON and tokenization in the replica")
+
+        def fmt_s(values: list[float]) -> str:
+            return "/".join(f"{v:.2f}" for v in values)
+
+        http_note = (f"(e): {len(http_runs[-1].latencies)} requests of {args.groups_per_request} "
+                     f"groups from {args.clients} clients; per run, each request's latency, then "
+                     "the replica's headers x-compute-time (engine), x-queue-time (batch queue) "
+                     "and x-tokenization-time, in s (the path includes JSON and tokenization in "
+                     "the replica):")
+        for k, run in enumerate(http_runs):
+            http_note += (f"\n  run {k + 1}: {run.seconds:.2f} s; latency {fmt_s(run.latencies)}; "
+                          f"compute {fmt_s(run.compute_s)}; queue {fmt_s(run.queue_s)}; "
+                          f"tokenize {fmt_s(run.tokenize_s)}")
     else:
         http_note = "(e) skipped (--no-http)"
 

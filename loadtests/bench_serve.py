@@ -21,7 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,12 +62,16 @@ def workload(n_requests: int, items_per_request: int, seed: int) -> list[list[di
 @dataclass
 class ClosedLoopRun:
     """What :func:`closed_loop_nll` measured: wall seconds for all requests, each request's NLLs
-    (in request order), and per-request latency and replica compute time (``x-compute-time``)."""
+    (in request order), and per request (in completion order) its latency and the replica's
+    timing headers: engine time (``x-compute-time``), batch queue (``x-queue-time``) and
+    tokenization (``x-tokenization-time``), in seconds."""
 
     seconds: float
     nlls: list[list[float]]
     latencies: list[float]
     compute_s: list[float]
+    queue_s: list[float] = field(default_factory=list)
+    tokenize_s: list[float] = field(default_factory=list)
 
 
 async def closed_loop_nll(url: str, model: str, requests: list[list[dict]], clients: int,
@@ -86,7 +90,9 @@ async def closed_loop_nll(url: str, model: str, requests: list[list[dict]], clie
                 r = await client.post("/v1/nll", json={"model": model, "items": items})
                 run.latencies.append(time.perf_counter() - t0)
                 r.raise_for_status()
-                run.compute_s.append(float(r.headers.get("x-compute-time", "nan")) / 1000)  # ms, as TEI
+                for into, header in ((run.compute_s, "x-compute-time"), (run.queue_s, "x-queue-time"),
+                                     (run.tokenize_s, "x-tokenization-time")):
+                    into.append(float(r.headers.get(header, "nan")) / 1000)  # ms, as TEI
                 run.nlls[k] = [x["nll"] for x in r.json()["results"]]
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(clients)))
