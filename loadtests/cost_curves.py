@@ -97,6 +97,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--max-items", type=int, default=1024)
     p.add_argument("--max-candidates", type=int, default=256)
+    p.add_argument("--max-candidates-off", type=int, default=None,
+                   help="the candidates curve with reuse off stops here (default: --max-candidates); "
+                        "it costs k·(L+m) positions by construction, and is the slow half on a wide model")
     p.add_argument("--max-callers", type=int, default=16)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--curves", default="items,context,candidates,callers",
@@ -127,14 +130,20 @@ def main(argv=None) -> int:
     def ids(k: int) -> tuple[int, ...]:
         return tuple(rng.randrange(vocab) for _ in range(k))
 
-    eng.score_encoded([EncodedItem(ids(48), ids(16), False) for _ in range(8)])  # warm-up
+    warm = [EncodedItem(ids(48), ids(16), False) for _ in range(8)]
+    for e in engines.values():  # first-call allocations (packed weights) outside every point
+        e.score_encoded(warm)
     curves: dict[str, dict] = {}
 
-    def curve(name, xs, make, engine_of=lambda x, variant: eng, variants=("",), unit=None):
+    def curve(name, xs, make, engine_of=lambda x, variant: eng, variants=("",), unit=None,
+              upto=lambda variant: None):
+        """Measure `make(x)` for every x of `xs` (up to ``upto(variant)`` when that is not None)."""
         data = {"x": xs, "variants": {}}
         for variant in variants:
             ts, ms = [], []
-            for x in xs:
+            last = upto(variant)
+            mine = [x for x in xs if last is None or x <= last]
+            for x in mine:
                 items = make(x)
                 e = engine_of(x, variant)
                 t, mem = measure(lambda: e.score_encoded(items), args.reps)
@@ -142,7 +151,7 @@ def main(argv=None) -> int:
                 ms.append(mem)
                 print(f"  {name:10s} {variant:9s} x={x:5d}  {t:8.4f} s  {t / unit(x) * 1e3:8.3f} ms/unit"
                       f"  peak +{mem:7.1f} MiB", flush=True)
-            data["variants"][variant or "engine"] = {"seconds": ts, "peak_mib": ms}
+            data["variants"][variant or "engine"] = {"x": mine, "seconds": ts, "peak_mib": ms}
         curves[name] = data
 
     print(f"{args.model} {args.dtype}, {args.threads} threads, window {window}, best of {args.reps}")
@@ -161,7 +170,7 @@ def main(argv=None) -> int:
         cands = powers(1, args.max_candidates)
         curve("candidates", cands, lambda k: [EncodedItem(shared, ids(16), False) for _ in range(k)],
               engine_of=lambda k, v: engines[v == "reuse on"], variants=("reuse on", "reuse off"),
-              unit=lambda k: k)
+              unit=lambda k: k, upto=lambda v: args.max_candidates_off if v == "reuse off" else None)
 
     # Concurrent callers: C threads call the engine at once; a lock serialises engine calls, as a
     # replica's single engine does.
@@ -197,11 +206,11 @@ def main(argv=None) -> int:
     for name, d in curves.items():
         fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
         for variant, v in d["variants"].items():
-            ax.loglog(d["x"], v["seconds"], "o-", label=variant)
-            ax2.semilogx(d["x"], v["peak_mib"], "o-", label=variant)
-        xs = d["x"]
-        first = list(d["variants"].values())[0]["seconds"]
-        ax.loglog(xs, [first[-1] * x / xs[-1] for x in xs], "k:", label="linear (through last)")
+            ax.loglog(v.get("x", d["x"]), v["seconds"], "o-", label=variant)
+            ax2.semilogx(v.get("x", d["x"]), v["peak_mib"], "o-", label=variant)
+        first = list(d["variants"].values())[0]
+        xs, ts = first.get("x", d["x"]), first["seconds"]
+        ax.loglog(xs, [ts[-1] * x / xs[-1] for x in xs], "k:", label="linear (through last)")
         ax.set_xlabel(labels[name])
         ax.set_ylabel("seconds (best of %d)" % args.reps)
         ax2.set_xlabel(labels[name])
