@@ -15,13 +15,12 @@ over a fake engine. Answers are :class:`~dialscore_server.contract.reply.Reply` 
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from dialscore.model_card import ModelCard
+from dialscore_server.arrivals import Arrivals
 from dialscore_server.batching import BatchStats
 from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
@@ -152,6 +151,8 @@ class NLLServing:
         #: Runs the engine calls (``engine_thread.call`` is what ``@serve.batch`` awaits);
         #: without ``@serve.batch``, ``engine_thread.run_alone`` runs one chunk per call.
         self.engine_thread: EngineThread[Work, Scored] = EngineThread(self.run)
+        #: Requests tokenized at the same time enter the batch queue together (arrivals.py).
+        self.arrivals = Arrivals()
 
     def card(self) -> ModelCard:
         return self._card
@@ -208,15 +209,15 @@ class NLLServing:
 
     async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
                     runner: Runner | None = None) -> Reply[Scored]:
-        """The whole path of one request: admit it (off the event loop: tokenizing is CPU work),
+        """The whole path of one request: admit it (off the event loop: tokenizing is CPU work;
+        then wait for requests being tokenized alongside, see :mod:`dialscore_server.arrivals`),
         hand its chunks to `runner` (default: one chunk per engine call) in turn, join the
-        answers, add token strings when asked. Cancelling the caller drops what is left."""
-        started = time.perf_counter()
+        answers, add token strings when asked. Cancelling the caller drops what is left. The
+        reply's `queue_s` includes the wait for requests tokenized alongside."""
         try:
-            works = await asyncio.to_thread(self.admit, items)
+            works, tokenize_s, waited = await self.arrivals.admit(lambda: self.admit(items))
         except InputError as exc:
             return Reply(error=exc)
-        enqueued = time.perf_counter()
         got = await run_in_turn(works, runner or self.engine_thread.run_alone, self.ledger)
         if got.error is not None:
             return got.error
@@ -224,7 +225,7 @@ class NLLServing:
         if return_tokens:
             value.tokens = [self.engine.token_strings(r.token_ids) for r in value.results]
         return Reply(value=value, batches=got.batches, batch_requests=got.batch_requests,
-                     compute_s=got.compute_s, queue_s=got.queue_s, tokenize_s=enqueued - started)
+                     compute_s=got.compute_s, queue_s=got.queue_s + waited, tokenize_s=tokenize_s)
 
     async def complete(self, prompts: Sequence[str | Sequence[int]], params: Sequence[str], *,
                        echo: bool, generate: bool, logprobs: int | None,
@@ -245,12 +246,10 @@ class NLLServing:
                     raise (exc if exc.param == "model" else exc.within(param)) from None
             return out
 
-        started = time.perf_counter()
         try:
-            encoded = await asyncio.to_thread(admit)
+            encoded, tokenize_s, waited = await self.arrivals.admit(admit)
         except InputError as exc:
             return Reply(error=exc)
-        enqueued = time.perf_counter()
         todo = [e for e in encoded if e.target_ids]
         got = await run_in_turn(self._chunks(todo), runner or self.engine_thread.run_alone,
                                 self.ledger)
@@ -265,4 +264,4 @@ class NLLServing:
         ]
         return Reply(value=Completed(choices, scored), batches=got.batches,
                      batch_requests=got.batch_requests, compute_s=got.compute_s,
-                     queue_s=got.queue_s, tokenize_s=enqueued - started)
+                     queue_s=got.queue_s + waited, tokenize_s=tokenize_s)
