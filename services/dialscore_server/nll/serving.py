@@ -102,12 +102,20 @@ def chunk_items(encoded: Sequence[EncodedItem], chunk_tokens: int,
     alone is a run of its own; no items, no runs; every item is in exactly one run, in order.
     Within the last quarter of a run's budget the cut moves back to the last change of source, so
     that a context's items stay together unless their group alone is large."""
-    runs: list[list[EncodedItem]] = []
+    return [run for run, _ in costed_chunks(encoded, chunk_tokens, positions)]
+
+
+def costed_chunks(encoded: Sequence[EncodedItem], chunk_tokens: int,
+                  positions: Positions = item_tokens) -> list[tuple[list[EncodedItem], int]]:
+    """The runs of :func:`chunk_items`, each with its cost (the sum of its items' `positions`,
+    the first item of a run counted with no predecessor)."""
+    runs: list[tuple[list[EncodedItem], int]] = []
     run: list[EncodedItem] = []
     sizes: list[int] = []  # each item's cost in `run`
+    total = 0  # sum(sizes)
     for item in encoded:
         size = positions(item, run[-1] if run else None)
-        if run and sum(sizes) + size > chunk_tokens:
+        if run and total + size > chunk_tokens:
             cut = len(run)
             for j in range(len(run) - 1, 0, -1):  # the last change of source, if near the end
                 if run[j].source_ids != run[j - 1].source_ids:
@@ -116,14 +124,18 @@ def chunk_items(encoded: Sequence[EncodedItem], chunk_tokens: int,
                     break
             if cut < len(run) and run[cut].source_ids != item.source_ids:
                 cut = len(run)  # the tail does not share the next item's source anyway
-            runs.append(run[:cut])
-            run = run[cut:]
-            sizes = [positions(e, run[k - 1] if k else None) for k, e in enumerate(run)]
-            size = positions(item, run[-1] if run else None)
+            runs.append((run[:cut], sum(sizes[:cut])))
+            run, sizes = run[cut:], sizes[cut:]
+            if run:  # the tail's first item now heads a run: nothing before it is shared
+                sizes[0] = positions(run[0], None)
+            else:
+                size = positions(item, None)
+            total = sum(sizes)
         run.append(item)
         sizes.append(size)
+        total += size
     if run:
-        runs.append(run)
+        runs.append((run, total))
     return runs
 
 
@@ -173,13 +185,10 @@ class NLLServing:
 
     def _chunks(self, encoded: Sequence[EncodedItem]) -> list[Work]:
         """`encoded` as the chunks of one request (see :func:`chunk_items`)."""
-        positions = self.engine.positions
-        works = []
-        for run in chunk_items(encoded, self.chunk_tokens, positions):
-            computed = sum(positions(e, run[k - 1] if k else None) for k, e in enumerate(run))
-            works.append(Work(run, tokens=max(1, sum(e.cost for e in run)),
-                              positions=max(1, min(computed, self.max_batch_tokens))))
-        return works
+        return [Work(run, tokens=max(1, sum(e.cost for e in run)),
+                     positions=max(1, min(computed, self.max_batch_tokens)))
+                for run, computed in costed_chunks(encoded, self.chunk_tokens,
+                                                   self.engine.positions)]
 
     def run(self, works: Sequence[Work]) -> list[Reply[Scored]]:
         """One engine call for every item of `works`; one reply per work, in order. The first
