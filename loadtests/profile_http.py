@@ -53,10 +53,11 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from loadtests.bench_probe import attribution_workload, checkpoint, model_config  # noqa: E402
+from loadtests.bench_probe import (  # noqa: E402
+    DEFAULT_GROUPS, attribution_workload, checkpoint, model_config,
+)
 
 MODEL = "dialogpt-medium"
-DEFAULT_GROUPS = {"small": 156, "medium": 12}
 
 
 def best_of(fn: Callable[[], Any], reps: int) -> float:
@@ -249,7 +250,7 @@ def main(argv=None) -> int:
     from dialscore_server.gateway.args import AppArgs
     from dialscore_server.gateway.embedded import serve_locally
     from dialscore_server.nll.engine import NLLEngine
-    from dialscore_server.nll.serving import NLLServing, chunk_items
+    from dialscore_server.nll.serving import NLLServing
 
     hf_logging.set_verbosity_error()
     set_threads(args.threads)
@@ -275,7 +276,7 @@ def main(argv=None) -> int:
     replies = [loop.run_until_complete(serving.score(req, args.return_tokens)) for req in requests]
     local_chunked = []
     for req in requests:
-        runs = chunk_items([engine.encode(it) for it in req], serving.chunk_tokens)
+        runs = [work.encoded for work in serving.admit(req)]  # the replica's own chunks
         t = time.perf_counter()
         for run in runs:
             engine.score_encoded(run)
