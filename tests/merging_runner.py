@@ -24,10 +24,17 @@ class MergingRunner:
         self.queue.append((work, fut))
         return await fut
 
-    async def serve(self, rounds: int = 50) -> None:
-        """Merge and run what is waiting, `rounds` times (cancel the task to stop earlier)."""
+    async def serve(self, rounds: int = 50, window_s: float | None = None) -> None:
+        """Merge and run what is waiting, `rounds` times (cancel the task to stop earlier): every
+        10 ms, or with `window_s`, as ``@serve.batch`` does: `window_s` after the first chunk
+        reaches an empty queue."""
         for _ in range(rounds):
-            await asyncio.sleep(0.01)
+            if window_s is None:
+                await asyncio.sleep(0.01)
+            else:
+                while not self.queue:
+                    await asyncio.sleep(0.001)
+                await asyncio.sleep(window_s)
             if self.queue:
                 batch, self.queue = self.queue[:], []
                 self.order.append([w.cost for w, _ in batch])

@@ -37,25 +37,27 @@ def items(n: int, tag: str) -> list[NLLItem]:
 
 
 def test_concurrent_requests_share_the_first_engine_call():
-    """B starts tokenizing 20 ms after A and finishes 20 ms after it, while A's chunk would
-    otherwise reach the (10 ms) merging runner alone: both ride in the first call."""
-    serving = NLLServing(SlowTokenizer(0.01), max_batch_tokens=8192)
+    """A tokenizes for 0.3 s; B starts 20 ms after A and tokenizes for 0.4 s, so it finishes about
+    0.12 s after A, far outside the runner's 40 ms batch window. Without the wait A's chunk would
+    run alone; with it, A waits for B (at most its own 0.3 s) and both ride in the first call.
+    The margins are a tenth of a second either way, so a loaded machine does not flip it."""
+    serving = NLLServing(SlowTokenizer(0.1), max_batch_tokens=8192)
     runner = MergingRunner(serving.run)
 
     async def go():
-        batches = asyncio.create_task(runner.serve())
-        a = asyncio.create_task(serving.score(items(6, "a"), runner=runner))
+        batches = asyncio.create_task(runner.serve(window_s=0.04))
+        a = asyncio.create_task(serving.score(items(3, "a"), runner=runner))
         await asyncio.sleep(0.02)
-        b = asyncio.create_task(serving.score(items(6, "b"), runner=runner))
+        b = asyncio.create_task(serving.score(items(4, "b"), runner=runner))
         replies = await asyncio.gather(a, b)
         batches.cancel()
         return replies
 
     a, b = asyncio.run(go())
-    assert len(a.unwrap().results) == len(b.unwrap().results) == 6
+    assert len(a.unwrap().results) == 3 and len(b.unwrap().results) == 4
     assert len(runner.order[0]) == 2, runner.order  # one chunk of each request in the first call
-    assert a.queue_s >= 0.01  # A's wait for B is reported as queue time, not tokenizing
-    assert a.tokenize_s < 0.1 and b.tokenize_s < 0.1
+    # A's wait for B (about 0.12 s) is reported as queue time, beside the 40 ms batch window
+    assert a.queue_s >= 0.1, a.queue_s
 
 
 def test_the_wait_is_bounded_by_the_request_s_own_tokenizing():
@@ -68,13 +70,13 @@ def test_the_wait_is_bounded_by_the_request_s_own_tokenizing():
         await asyncio.sleep(0.01)
         _, took, waited = await arrivals.admit(lambda: time.sleep(0.05))
         assert not slow.done()
-        assert 0.03 <= waited <= took + 0.05
+        assert 0.03 <= waited <= took + 0.1
         _, _, alone = await arrivals.admit(lambda: None)  # `slow` is still tokenizing...
         await slow
         return alone
 
     alone = asyncio.run(go())
-    assert alone < 0.05  # ...but it waited at most its own (near zero) tokenizing time
+    assert alone < 0.1  # ...but it waited at most its own (near zero) tokenizing time
 
 
 def test_a_tokenizing_error_is_raised_without_waiting():
