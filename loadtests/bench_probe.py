@@ -223,15 +223,16 @@ def lm_eval_padding(lengths: list[int], batch_size: int) -> int:
 
 
 def http_scores(source: Path, config, groups_json, args, in_process
-                ) -> tuple[list[float], list[float], list, list[float]]:
+                ) -> tuple[list[float], list[float], list, list[float], dict[str, str]]:
     """Serve the checkpoint on loopback and POST the requests from concurrent clients: (NLLs of
     the last round, each round's seconds, each round's ClosedLoopRun, each in-process run's
-    seconds).
+    seconds, the linear routes the replica timed and chose).
 
     Each HTTP round alternates with an in-process run (`in_process()`, returning seconds), so that
     both see the same background (Ray's own processes idle beside them, other load on the
     machine): the HTTP / in-process ratio compares like with like."""
     import httpx
+    from ray import serve
 
     from loadtests.bench_serve import closed_loop_nll
     from dialscore_server.gateway.args import AppArgs
@@ -260,7 +261,9 @@ def http_scores(source: Path, config, groups_json, args, in_process
                                               timeout=1800))
             seconds.append(run.seconds)
             runs.append(run)
-    return [x for r in run.nlls for x in r], seconds, runs, local
+        routes = serve.get_deployment_handle("nll-dialogpt-medium", "bench-probe"
+                                             ).kernel_routes.remote().result()
+    return [x for r in run.nlls for x in r], seconds, runs, local, routes
 
 
 # ------------------------------------------------------------------------------------- main
@@ -500,11 +503,12 @@ def main(argv=None) -> int:
 
     # (e) HTTP through Ray Serve (the in-process engines are released first).
     http_note = ""
+    replica_routes: dict[str, str] = {}
     if not args.no_http:
         groups_json = [[{"context": list(it.context), "target": it.target} for it in g] for g in groups]
         del engine_plain, engine_stock, stock, stock_loaded
         gc.collect()
-        served, t_http, http_runs, t_local = http_scores(
+        served, t_http, http_runs, t_local, replica_routes = http_scores(
             source, config, groups_json, args,
             lambda: timed(lambda: engine_reuse.score_encoded(encoded), device)[1])
         nlls["http"] = served
@@ -656,15 +660,17 @@ def main(argv=None) -> int:
               + ", ".join(f"{d / e:.2f}" for d, e in zip(timings["reuse_beside_http"],
                                                           timings["http"]))
               + " (target >= 0.95)")
-    from dialscore_server.nll.kernel_choice import remembered
+    from dialscore_server.nll.kernel_choice import described
 
-    routes = remembered()
-    print("float32 linear routes timed by the engine's kernels (oneDNN s / PyTorch's own s, fastest "
-          "of each, then the choice):")
-    for key, t in routes.items():
-        print(f"  {key}: " + ("oneDNN cannot run it" if t is None else
-                              f"{t.onednn_s * 1e3:.2f} / {t.stock_s * 1e3:.2f} ms -> "
-                              f"{'oneDNN' if t.onednn else 'PyTorch'}"))
+    routes = described()
+    print("float32 linear routes timed by the engine's kernels (oneDNN / PyTorch's own, fastest "
+          "of each, then the choice)" + (", in this process | in (e)'s replica:" if replica_routes
+                                         else ":"))
+    for key in sorted(routes.keys() | replica_routes.keys()):
+        here, there = routes.get(key, "not timed"), replica_routes.get(key)
+        differs = there is not None and here.split("-> ")[-1] != there.split("-> ")[-1]
+        print(f"  {key}: {here}" + (f" | {there}" if there else "")
+              + ("  <- the replica chose differently" if differs else ""))
     if args.dtype == "float32":
         print(f"NLL agreement with (c): {'OK' if ok else 'MISMATCH'} (tolerance {TOLERANCE:g})")
     else:
@@ -672,8 +678,8 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "peak_flops": peak, "rows": rows,
                                                "pairs": n_pairs, "items": n, "item_tokens": item_tokens,
-                                               "agreement": big, "kernel_routes": {
-                                                   k: str(v) for k, v in routes.items()}},
+                                               "agreement": big, "kernel_routes": routes,
+                                               "replica_kernel_routes": replica_routes},
                                               indent=1))
     return 0 if ok else 1
 

@@ -150,6 +150,8 @@ def test_real_timing_is_taken_once_per_shape():
     assert kernel_choice.timing(shape) is first
     assert kernel_choice.onednn_is_faster(shape) == first.onednn
     assert shape.key() in next(iter(kernel_choice.remembered()))
+    described = kernel_choice.described()[next(iter(kernel_choice.remembered()))]
+    assert described.endswith("-> oneDNN" if first.onednn else "-> PyTorch")
 
 
 def test_the_body_is_timed_at_the_engines_pass_size(stand_in_registry, monkeypatch):

@@ -89,6 +89,24 @@ def test_concurrent_requests_are_merged_into_batches(served):
     assert grew["dialscore_batch_requests_count"] < 32, "32 concurrent requests should share engine calls"
 
 
+def test_a_replica_reports_the_linear_routes_it_timed(served):
+    """The replica times its linear routes once at start, in its own process; it reports each
+    shape's timing and choice (kernel_route logs, benchmarks comparing it with in-process)."""
+    from ray import serve
+
+    from dialscore_server.nll.kernels import onednn_linear_available
+
+    if not onednn_linear_available():
+        pytest.skip("this torch build has no oneDNN linear: no route is timed")
+    routes = serve.get_deployment_handle("nll-dialogpt-medium", "dialscore"
+                                         ).kernel_routes.remote().result()
+    assert routes, "no route reported"
+    assert all(re.fullmatch(r"\d+x\d+ float32 \[(in,out|out,in)\]( \+gelu)? rows=\d+ threads=1", k)
+               for k in routes), routes
+    assert all(re.fullmatch(r"[\d.]+ / [\d.]+ ms -> (oneDNN|PyTorch)", v) for v in routes.values()), routes
+    assert any("+gelu" in k for k in routes)  # GPT-2's c_fc, timed with its GELU folded in
+
+
 def test_prefix_reuse_spans_requests_merged_into_one_batch(served):
     """Concurrent one-item requests whose contexts share a long prefix: only Serve's merging can
     put them in one engine call, and the engine then computes the shared prefix once (counted in

@@ -62,6 +62,11 @@ class Timing:
         """Whether oneDNN's route was the faster (ties go to the stock route)."""
         return self.onednn_s < self.stock_s
 
+    def describe(self) -> str:
+        """e.g. ``0.52 / 0.61 ms -> oneDNN`` (oneDNN's fastest, the stock route's, the choice)."""
+        return (f"{self.onednn_s * 1e3:.2f} / {self.stock_s * 1e3:.2f} ms -> "
+                f"{'oneDNN' if self.onednn else 'PyTorch'}")
+
 
 #: (shape, rows, threads) -> timing, or None where oneDNN could not run the product.
 _TIMINGS: dict[tuple[Shape, int, int], Timing | None] = {}
@@ -128,6 +133,13 @@ def timing(shape: Shape, rows: int = TIMING_ROWS) -> Timing | None:
 def remembered() -> dict[str, Timing | None]:
     """Every timing taken in this process, by :meth:`Shape.key` (for reports)."""
     return {f"{s.key()} rows={r} threads={n}": t for (s, r, n), t in _TIMINGS.items()}
+
+
+def described() -> dict[str, str]:
+    """:func:`remembered`, each timing as :meth:`Timing.describe` words (for logs and reports;
+    "oneDNN cannot run it" where it could not)."""
+    return {k: "oneDNN cannot run it" if t is None else t.describe()
+            for k, t in remembered().items()}
 
 
 def forget() -> None:
