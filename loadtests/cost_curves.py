@@ -206,10 +206,10 @@ def main(argv=None) -> int:
     for name, d in curves.items():
         fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
         for variant, v in d["variants"].items():
-            ax.loglog(v.get("x", d["x"]), v["seconds"], "o-", label=variant)
-            ax2.semilogx(v.get("x", d["x"]), v["peak_mib"], "o-", label=variant)
+            ax.loglog(v["x"], v["seconds"], "o-", label=variant)
+            ax2.semilogx(v["x"], v["peak_mib"], "o-", label=variant)
         first = list(d["variants"].values())[0]
-        xs, ts = first.get("x", d["x"]), first["seconds"]
+        xs, ts = first["x"], first["seconds"]
         ax.loglog(xs, [ts[-1] * x / xs[-1] for x in xs], "k:", label="linear (through last)")
         ax.set_xlabel(labels[name])
         ax.set_ylabel("seconds (best of %d)" % args.reps)

@@ -28,15 +28,15 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Generic, Literal, Protocol, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from dialscore_server import metrics
 from dialscore_server.contract.errors import ServiceError
 from dialscore_server.contract.reply import BatchReport, Reply
 from dialscore_server.interruption import CallGuard
 
-__all__ = ["Chunk", "ChunkReplies", "ChunkState", "EngineThread", "WorkLedger", "WorkStats",
-           "abandoned_reply", "run_in_turn"]
+__all__ = ["Chunk", "ChunkReplies", "EngineThread", "WorkLedger", "WorkStats", "abandoned_reply",
+           "run_in_turn"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -44,20 +44,10 @@ C = TypeVar("C", bound="Chunk")
 How = Literal["done", "wasted", "dropped"]
 
 
-class Chunk(Protocol):
-    """One chunk of an admitted request: its `cost` in the ledger's unit (at least 1) and the
-    :class:`ChunkState` this module keeps on it."""
-
-    cost: int
-    started: bool
-    cancelled: bool
-    cancelled_at: float
-    on_start: Callable[[], None] | None
-
-
 @dataclass(kw_only=True)
-class ChunkState:
-    """What this module records on a chunk (endpoints' chunk classes inherit it): `started`: its
+class Chunk:
+    """One chunk of an admitted request; endpoints' chunk classes inherit it and define `cost`,
+    its work in the ledger's unit (at least 1). What this module records on it: `started`: its
     engine call began; `cancelled`: nobody waits for it any more, since `cancelled_at`
     (``time.perf_counter``); `on_start`: called once, from the engine's thread, when its engine
     call begins."""
@@ -66,6 +56,10 @@ class ChunkState:
     cancelled: bool = False
     cancelled_at: float = 0.0
     on_start: Callable[[], None] | None = field(default=None, repr=False)
+
+    @property
+    def cost(self) -> int:
+        raise NotImplementedError
 
 
 @dataclass

@@ -39,10 +39,9 @@ class ServingOptions(BaseModel):
         2048, ge=1, description="NLL models: a request is computed in chunks of about this many "
         "computed positions (whole items; a source repeated by consecutive items counted once, "
         "as prefix reuse computes it once; a context's items kept together where possible), one "
-        "chunk per "
-        "request in each engine call, so requests share the replica round-robin and a small one "
-        "never waits behind all of a large one; a cancelled or timed-out request's remaining "
-        "chunks are dropped. Capped at max_batch_tokens.")
+        "chunk per request in each engine call, so requests share the replica round-robin and a "
+        "small one never waits behind all of a large one; a cancelled or timed-out request's "
+        "remaining chunks are dropped. Capped at max_batch_tokens.")
     chunk_pairs: int = Field(
         64, ge=1, description="Classifiers: a request is computed in chunks of about this many NLI "
         "pairs (whole dialogues), one chunk per request in each engine call, so requests share the "

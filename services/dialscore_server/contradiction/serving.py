@@ -25,7 +25,7 @@ from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.pairing import DetectionJob, DetectionResult, plan_pairs
 from dialscore_server.fair_chunks import (
-    ChunkState, EngineThread, WorkLedger, abandoned_reply, run_in_turn,
+    Chunk, EngineThread, WorkLedger, abandoned_reply, run_in_turn,
 )
 from dialscore_server.interruption import CallGuard
 
@@ -41,7 +41,7 @@ class Detector(Engine, Protocol):
 
 
 @dataclass
-class Work(ChunkState):
+class Work(Chunk):
     """One chunk of an admitted job and the NLI pairs it costs (at least 1, so an empty chunk
     still counts in a batch)."""
 

@@ -20,9 +20,9 @@ from dialscore.model_card import ModelCard
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contract.reply import Reply
+from dialscore_server.nll import kernel_choice
 from dialscore_server.nll.completions import Completed
 from dialscore_server.nll.encoding import NLLItem
-from dialscore_server.nll import kernel_choice
 from dialscore_server.nll.engine import NLLEngine
 from dialscore_server.nll.serving import NLLScorer, NLLServing, Scored, Work
 

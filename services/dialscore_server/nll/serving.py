@@ -26,7 +26,7 @@ from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
 from dialscore_server.fair_chunks import (
-    ChunkState, EngineThread, WorkLedger, abandoned_reply, run_in_turn,
+    Chunk, EngineThread, WorkLedger, abandoned_reply, run_in_turn,
 )
 from dialscore_server.interruption import CallGuard
 from dialscore_server.nll.completions import Completed, build_choice
@@ -67,7 +67,7 @@ CHUNK_TOKENS = 2048
 
 
 @dataclass
-class Work(ChunkState):
+class Work(Chunk):
     """One chunk of an admitted request, already encoded: what waits for an engine call.
     `tokens`: the items' tokens (sources and targets, what the request's ``usage`` counts; at
     least 1), its cost in the work ledger. `positions`: about how many positions the engine
