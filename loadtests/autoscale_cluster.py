@@ -3,7 +3,7 @@ GPU node for it, and both go away after the load. Records the timeline and plots
 
     python loadtests/autoscale_cluster.py [--load-seconds 40] [--idle-seconds 90] [--out runs/autoscale]
 
-A local cluster (dialscore_server.localcluster): a head (2 logical CPUs, no GPU) and Ray's fake
+A local cluster (localcluster): a head (2 logical CPUs, no GPU) and Ray's fake
 autoscaler with one worker type `gpu` (2 CPUs, 1 GPU; min_workers 0, max_workers 2, idle timeout
 6 s). The application is the stand-in NLL model with `num_gpus: 1` and Serve autoscaling 1-2
 replicas (target 2 ongoing requests, up after 2 s, down after 10 s), one gateway on the head.
@@ -56,7 +56,7 @@ def app_args(stand_ins: Path) -> dict[str, Any]:
 
 def sample(cluster, started: float, done: dict[str, int]) -> dict[str, Any]:
     """One row of the timeline."""
-    from dialscore_server.localcluster import sample_sum
+    from localcluster import sample_sum
 
     nodes = cluster.nodes()
     replicas = cluster.replicas().get(DEPLOYMENT, [])
@@ -81,7 +81,7 @@ def record_timeline(stand_ins: Path, load_s: float, idle_s: float, on_row=None,
 
     from dialscore_server.checkpoints.standins import templated_sentences
     from dialscore_server.gateway.embedded import free_port
-    from dialscore_server.localcluster import Autoscaler, LocalCluster
+    from localcluster import Autoscaler, LocalCluster
 
     pool = templated_sentences(500, seed=3)
     body = {"model": MODEL, "items": [{"context": pool[k:k + 4], "target": pool[k + 5]}

@@ -3,7 +3,7 @@
 The workload is bench_probe.py's (CEDAR attribution groups of clients/dialscore/probes/cedar_sample.jsonl) on the
 same checkpoints; every (budget, reuse) engine scores all items, the engines alternate, and each
 keeps its fastest of --repeat runs. This is the measurement behind the engine's CPU default
-budget (services/dialscore_server/nll/engine.py: default_token_budget).
+budget (services/dialscore_server/nll/engine/engine.py: default_token_budget).
 
     python loadtests/bench_budget.py --model medium
     python loadtests/bench_budget.py --model medium --dtype bfloat16 --budgets 1024,4096
@@ -38,7 +38,7 @@ def main(argv=None) -> int:
 
     from loadtests.bench_probe import attribution_workload, checkpoint, model_config
     from dialscore_server.checkpoints.loading import load_model, set_threads
-    from dialscore_server.nll.engine import NLLEngine
+    from dialscore_server.nll.engine.engine import NLLEngine
 
     hf_logging.set_verbosity_error()
     set_threads(args.threads)

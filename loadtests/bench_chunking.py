@@ -42,7 +42,7 @@ def main(argv=None) -> int:
 
     from dialscore_server.checkpoints.loading import set_threads
     from dialscore_server.contract.options import ServingOptions
-    from dialscore_server.nll.engine import NLLEngine
+    from dialscore_server.nll.engine.engine import NLLEngine
     from dialscore_server.nll.serving import chunk_items, item_tokens
     from loadtests.bench_probe import attribution_workload, checkpoint, model_config
 

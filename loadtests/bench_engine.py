@@ -41,7 +41,7 @@ DEFAULT_ITEMS = {"small": 400, "medium": 40}
 
 def probe_items(n: int, seed: int):
     """`n` CEDAR-probe-shaped items: 2-6 templated dialogue turns and a templated target."""
-    from dialscore_server.nll.encoding import NLLItem
+    from dialscore_server.nll.engine.encoding import NLLItem
     from dialscore_server.checkpoints.standins import templated_sentences
 
     rng = random.Random(seed)
@@ -55,7 +55,7 @@ def build_engine(args):
     import torch
 
     from dialscore_server.checkpoints.loading import LoadedModel, load_model, resolve_device
-    from dialscore_server.nll.engine import NLLEngine
+    from dialscore_server.nll.engine.engine import NLLEngine
     from dialscore_server.checkpoints.registry import stand_in_registry
     from dialscore_server.checkpoints.standins import build_stand_ins, reinit_
 

@@ -62,7 +62,7 @@ SAFE = 0.99
 def matmul_speeds(reps: int) -> list[tuple[str, float]]:
     import torch
 
-    from dialscore_server.nll.kernels import onednn_linear_available
+    from dialscore_server.nll.engine.kernels import onednn_linear_available
 
     def best(fn):
         fn()
@@ -179,7 +179,7 @@ def checkpoints(names: list[str], work: Path) -> dict[str, Path]:
 def engine_for(path: Path, dtype: str, threads: int):
     from transformers import AutoConfig
 
-    from dialscore_server.nll.engine import NLLEngine
+    from dialscore_server.nll.engine.engine import NLLEngine
     from dialscore_server.checkpoints.registry import stand_in_registry
 
     cfg = stand_in_registry(path.parent / "stand-ins").get("dialogpt-medium")
@@ -194,7 +194,7 @@ def probe_items(why: str, dialogues: int | None):
     from dialscore.probes.corruptions import corrupt_dialogues
     from dialscore.probes import SAMPLE_DATA
     from dialscore.probes.data import load_dialogues
-    from dialscore_server.nll.encoding import NLLItem
+    from dialscore_server.nll.engine.encoding import NLLItem
 
     ds = load_dialogues(SAMPLE_DATA)[:dialogues]
     by_id = {d.id: d for d in ds}
@@ -217,7 +217,7 @@ def probe_items(why: str, dialogues: int | None):
 
 def mutual_items(limit: int | None):
     from dialscore.evals.mutual import read_mutual
-    from dialscore_server.nll.encoding import NLLItem
+    from dialscore_server.nll.engine.encoding import NLLItem
 
     insts = read_mutual(MUTUAL_DEV)[:limit]
     items, gold = [], []

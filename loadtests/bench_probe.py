@@ -15,11 +15,11 @@ Methods (all score the same token ids; NLLs are checked against (c) to 1e-4 in f
   (c0) engine on stock kernels: as (c), ``fast_kernels=False`` (PyTorch's own float32 matmul, which
                  is MKL's, and GPT-2's Python-composed GELU), to separate batching from kernels;
   (c) engine     ``NLLEngine.score_encoded``, all items in one call, prefix reuse off, the engine's
-                 CPU kernels (services/dialscore_server/nll/kernels.py: oneDNN linear layers, fused GELU);
+                 CPU kernels (services/dialscore_server/nll/engine/kernels.py: oneDNN linear layers, fused GELU);
   (d) engine+reuse  the same with shared-prefix reuse on (the default);
   (d1) all oneDNN  (d) with every float32 linear and the head through oneDNN whether or not it
                  measured faster (``--forced-onednn``; the kernels' behaviour before they timed
-                 both routes, services/dialscore_server/nll/kernel_choice.py);
+                 both routes, services/dialscore_server/nll/engine/kernel_choice.py);
   (e) HTTP       POST /v1/nll through the Ray Serve application on loopback (gateway + one model
                  replica, reuse on), requests of whole explanation groups from concurrent clients.
   (f) engine int8   (d) with the registry's ``dtype: int8`` (int8 body linears, float32 head and
@@ -131,7 +131,7 @@ def attribution_workload(groups: int, why: str, seed: int = 0):
     from dialscore.probes.corruptions import corrupt_dialogues
     from dialscore.probes import SAMPLE_DATA
     from dialscore.probes.data import load_dialogues
-    from dialscore_server.nll.encoding import NLLItem
+    from dialscore_server.nll.engine.encoding import NLLItem
 
     dialogues = load_dialogues(SAMPLE_DATA)
     by_id = {d.id: d for d in dialogues}
@@ -176,7 +176,7 @@ def peak_onednn_linear(dtype: str, device: str, reps: int = 5) -> float:
     unavailable or not on CPU."""
     import torch
 
-    from dialscore_server.nll.kernels import onednn_linear_available
+    from dialscore_server.nll.engine.kernels import onednn_linear_available
 
     if not device.startswith("cpu") or not onednn_linear_available():
         return 0.0
@@ -311,7 +311,7 @@ def main(argv=None) -> int:
     from transformers.utils import logging as hf_logging
 
     from dialscore_server.checkpoints.loading import load_model, set_threads
-    from dialscore_server.nll.engine import NLLEngine
+    from dialscore_server.nll.engine.engine import NLLEngine
 
     hf_logging.set_verbosity_error()
     set_threads(args.threads)
@@ -325,7 +325,7 @@ def main(argv=None) -> int:
     n_body = sum(p.numel() for p in model.base_model.h.parameters())
     head_flops = 2 * mcfg.n_embd * mcfg.vocab_size
     # (a) and (c0) run the stock model as loaded; (c) and (d) share a second copy, which the
-    # engine patches in place with its CPU kernels (services/dialscore_server/nll/kernels.py).
+    # engine patches in place with its CPU kernels (services/dialscore_server/nll/engine/kernels.py).
     stock_loaded = None
     if not (args.no_naive and args.no_stock_engine):
         stock_loaded = load_model(config)
@@ -341,7 +341,7 @@ def main(argv=None) -> int:
                              num_threads=args.threads, prefix_reuse=True)
     engine_forced = None
     if args.forced_onednn:
-        from dialscore_server.nll import kernels
+        from dialscore_server.nll.engine import kernels
 
         forced = load_model(config)
         kernels.optimize(forced.model, onednn=True)  # the engine's own call then finds it decided
@@ -660,7 +660,7 @@ def main(argv=None) -> int:
               + ", ".join(f"{d / e:.2f}" for d, e in zip(timings["reuse_beside_http"],
                                                           timings["http"]))
               + " (target >= 0.95)")
-    from dialscore_server.nll.kernel_choice import described
+    from dialscore_server.nll.engine.kernel_choice import described
 
     routes = described()
     print("float32 linear routes timed by the engine's kernels (oneDNN / PyTorch's own, fastest "

@@ -119,7 +119,7 @@ def main() -> int:
 
     from dialscore_server.gateway.args import AppArgs
     from dialscore_server.gateway.embedded import serve_locally
-    from dialscore_server.nll.engine import NLLEngine
+    from dialscore_server.nll.engine.engine import NLLEngine
     from dialscore_server.nll.protocol import NLLItemIn
     from dialscore_server.checkpoints.standins import build_stand_ins
 

@@ -113,8 +113,8 @@ def main(argv=None) -> int:
     import matplotlib.pyplot as plt
     from transformers.utils import logging as hf_logging
 
-    from dialscore_server.nll.encoding import EncodedItem
-    from dialscore_server.nll.engine import NLLEngine
+    from dialscore_server.nll.engine.encoding import EncodedItem
+    from dialscore_server.nll.engine.engine import NLLEngine
     from loadtests.bench_probe import checkpoint, model_config
 
     hf_logging.set_verbosity_error()

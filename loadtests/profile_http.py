@@ -249,7 +249,7 @@ def main(argv=None) -> int:
     from dialscore_server.contract.options import ServingOptions
     from dialscore_server.gateway.args import AppArgs
     from dialscore_server.gateway.embedded import serve_locally
-    from dialscore_server.nll.engine import NLLEngine
+    from dialscore_server.nll.engine.engine import NLLEngine
     from dialscore_server.nll.serving import NLLServing
 
     hf_logging.set_verbosity_error()

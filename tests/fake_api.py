@@ -32,18 +32,18 @@ import httpx
 
 from dialscore.client import AsyncDialscoreClient
 from dialscore.model_card import DialogueFormat, ModelCard
-from dialscore_server.batching import BatchStats
+from dialscore_server.scheduling.planner import BatchStats
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.errors import InputError, ServiceError
 from dialscore_server.contract.limits import Limits
 from dialscore_server.contract.options import ServingOptions
-from dialscore_server.contradiction.engine import ContradictionDetector
+from dialscore_server.contradiction.engine.engine import ContradictionDetector
 from dialscore_server.contradiction.serving import ContradictionServing
 from dialscore_server.gateway.app import create_app
 from dialscore_server.gateway.deployment import HandleBackend
-from dialscore_server.interruption import CallGuard
-from dialscore_server.nll.encoding import EncodedItem, NLLItem
-from dialscore_server.nll.engine import NLLResult
+from dialscore_server.scheduling.cancellation import CallGuard
+from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
+from dialscore_server.nll.engine.engine import NLLResult
 from dialscore_server.nll.serving import NLLServing
 from dialscore_server.rerank.deployment import RerankDeployment
 

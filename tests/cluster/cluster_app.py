@@ -1,7 +1,7 @@
 """The cluster tests' nodes and application: deployments/cluster.yaml's, scaled down (see
 `scaled_down`). (Its own module name: `conftest` is ambiguous on sys.path across test folders.)
 
-The cluster lives in a child process (dialscore_server.localcluster): this pytest process may
+The cluster lives in a child process (localcluster): this pytest process may
 already hold the session's single-node Ray (tests/service), and one process has one Ray.
 Workers declare logical GPUs, so the cluster config's `num_gpus: 1` places each model replica on
 a GPU worker, never on the head; torch there sees no CUDA, so the engines run on CPU.

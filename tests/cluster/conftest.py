@@ -1,7 +1,7 @@
 """A real multi-node Ray cluster on this machine (head + 2 GPU-typed workers, separate raylets),
 running the application deployments/cluster.yaml describes, scaled down (cluster_app.py).
 
-The cluster lives in a child process (dialscore_server.localcluster): this pytest process may
+The cluster lives in a child process (localcluster): this pytest process may
 already hold the session's single-node Ray (tests/service), and one process has one Ray.
 """
 
@@ -16,7 +16,7 @@ from cluster_app import GPU_WORKER, HEAD, scaled_down
 def cluster(stand_ins):
     """The cluster with the scaled-down application on a free loopback port."""
     from dialscore_server.gateway.embedded import free_port
-    from dialscore_server.localcluster import LocalCluster
+    from localcluster import LocalCluster
 
     with LocalCluster(head=HEAD, workers=[GPU_WORKER, GPU_WORKER]) as local:
         local.url = local.deploy(scaled_down(stand_ins), http_port=free_port())

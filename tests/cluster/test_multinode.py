@@ -19,7 +19,7 @@ from cluster_app import GPU_WORKER, MODEL, TOKEN, scaled_down
 from dialscore.client import DialscoreClient
 from dialscore.probes import SAMPLE_DATA
 from dialscore.probes.run import run_probes
-from dialscore_server.localcluster import sample_sum
+from localcluster import sample_sum
 from probe_checks import RETRY, KillAfter, assert_scored_once
 
 pytestmark = [pytest.mark.slow]

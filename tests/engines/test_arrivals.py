@@ -1,4 +1,4 @@
-"""Requests tokenized at the same time meet the engine together (dialscore_server.arrivals): a
+"""Requests tokenized at the same time meet the engine together (dialscore_server.scheduling.arrivals): a
 request that finishes tokenizing waits for the ones already being tokenized, at most as long as
 its own tokenizing took, so concurrent requests share one engine call instead of the first
 running alone."""
@@ -9,8 +9,8 @@ import asyncio
 import time
 
 from dialscore.model_card import ModelCard
-from dialscore_server.arrivals import Arrivals
-from dialscore_server.nll.encoding import NLLItem
+from dialscore_server.scheduling.arrivals import Arrivals
+from dialscore_server.nll.engine.encoding import NLLItem
 from dialscore_server.nll.serving import NLLServing
 from fake_api import FakeNLLEngine
 from merging_runner import MergingRunner

@@ -1,4 +1,4 @@
-"""The batch planner (dialscore_server.batching) on lengths and token tuples: no model, no torch."""
+"""The batch planner (dialscore_server.scheduling.planner) on lengths and token tuples: no model, no torch."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from dialscore_server.batching import (
+from dialscore_server.scheduling.planner import (
     MAX_PASS_WASTE, MIN_PASS_TOKENS, BatchStats, SharedPrefixGroup, chunk_passes, common_prefix,
     pack, share_prefixes,
 )
@@ -17,7 +17,7 @@ Seq = tuple[int, ...]
 
 
 def test_planner_and_pairing_import_without_torch():
-    code = ("import sys, dialscore_server.batching, dialscore_server.contradiction.pairing; "
+    code = ("import sys, dialscore_server.scheduling.planner, dialscore_server.contradiction.engine.pairing; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 

@@ -16,10 +16,10 @@ import torch
 from dialscore_server.checkpoints.loading import load_model
 from dialscore_server.checkpoints.standins import reinit_
 from dialscore_server.contract.errors import InputError
-from dialscore_server.nll.completions import build_choice
-from dialscore_server.nll.encoding import EncodedItem, NLLItem
-from dialscore_server.nll.engine import NLLEngine
-from dialscore_server.nll.projection import ScoredPosition
+from dialscore_server.nll.completions.choices import build_choice
+from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
+from dialscore_server.nll.engine.engine import NLLEngine
+from dialscore_server.nll.engine.projection import ScoredPosition
 
 TOL = 1e-4
 

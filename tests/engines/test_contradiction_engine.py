@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from dialscore.evals.decode import DecodeDialogue, Prediction, decode_metrics, read_decode
-from dialscore_server.contradiction.classifier import (
+from dialscore_server.contradiction.engine.classifier import (
     NLIPairClassifier, NoContradictionLabelError, find_contradiction_index,
 )
-from dialscore_server.contradiction.engine import ContradictionDetector
-from dialscore_server.contradiction.pairing import (
+from dialscore_server.contradiction.engine.engine import ContradictionDetector
+from dialscore_server.contradiction.engine.pairing import (
     DetectionJob, DetectionResult, Evidence, Turn, plan_pairs, unstructured_premise,
 )
 from dialscore_server.contract.errors import InputError

@@ -16,8 +16,8 @@ import torch
 
 from dialscore_server.contract.errors import InputError
 from dialscore_server.checkpoints.loading import LoadedModel, load_model
-from dialscore_server.nll.encoding import EmptyTargetError, EncodedItem, NLLItem, TargetTooLongError
-from dialscore_server.nll.engine import NLLEngine
+from dialscore_server.nll.engine.encoding import EmptyTargetError, EncodedItem, NLLItem, TargetTooLongError
+from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.checkpoints.standins import MARKER, reinit_, templated_sentences, train_causal
 from model_helpers import lay_out_as_hub_cache
@@ -158,7 +158,7 @@ def test_batched_equals_one_at_a_time(loaded, ragged, name, budget):
 def test_projection_in_small_chunks_equals_one_chunk(loaded, ragged, name):
     """Target positions projected to the vocabulary a few at a time (chunks that split items)
     give the same NLLs as all at once; the CPU default chunk holds about 2^23 logits."""
-    from dialscore_server.nll.projection import default_projection_chunk
+    from dialscore_server.nll.engine.projection import default_projection_chunk
 
     items, singles = ragged(name)
     lm = loaded[name]

@@ -8,8 +8,8 @@ import asyncio
 import threading
 
 from dialscore.model_card import ModelCard
-from dialscore_server.contradiction.engine import ContradictionDetector
-from dialscore_server.contradiction.pairing import DetectionJob, Turn
+from dialscore_server.contradiction.engine.engine import ContradictionDetector
+from dialscore_server.contradiction.engine.pairing import DetectionJob, Turn
 from dialscore_server.contradiction.serving import ContradictionServing, chunk_job
 from merging_runner import (
     MergingRunner, assert_only_the_running_chunk_was_wasted, cancel_while_first_chunk_runs,

@@ -19,7 +19,7 @@ import torch
 from dialscore_server.checkpoints.loading import LoadedModel, load_model
 from dialscore_server.checkpoints.quantize import quantize_int8
 from dialscore_server.checkpoints.standins import reinit_
-from dialscore_server.nll.engine import NLLEngine
+from dialscore_server.nll.engine.engine import NLLEngine
 
 from test_prefix_reuse import assert_same, mixed_items
 
@@ -60,7 +60,7 @@ def test_load_model_quantizes_the_body_only(stand_in_registry):
 
 def test_quantize_refuses_a_kernel_patched_model(stand_in_registry):
     """nll.kernels folds GELU into c_fc: quantizing afterwards would silently drop it."""
-    from dialscore_server.nll import kernels
+    from dialscore_server.nll.engine import kernels
 
     lm = load_model(stand_in_registry.get("dialogpt-medium"))
     if not kernels.optimize(lm.model, onednn=True)["gelu_into_linear"]:

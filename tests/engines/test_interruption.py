@@ -1,4 +1,4 @@
-"""Engine calls that stop computing what nobody waits for (dialscore_server.interruption).
+"""Engine calls that stop computing what nobody waits for (dialscore_server.scheduling.cancellation).
 
 The engines are real (stand-in checkpoints, weights re-initialised at std 0.3 so numbers vary by
 token); "cancelling" is a guard whose `wanted` turns false at a chosen forward pass or layer,
@@ -16,13 +16,13 @@ import pytest
 
 from dialscore_server.checkpoints.loading import load_model
 from dialscore_server.checkpoints.standins import reinit_
-from dialscore_server.contradiction.classifier import NLIPairClassifier
-from dialscore_server.contradiction.engine import ContradictionDetector
-from dialscore_server.contradiction.pairing import DetectionJob, Turn
+from dialscore_server.contradiction.engine.classifier import NLIPairClassifier
+from dialscore_server.contradiction.engine.engine import ContradictionDetector
+from dialscore_server.contradiction.engine.pairing import DetectionJob, Turn
 from dialscore_server.contradiction.serving import ContradictionServing
-from dialscore_server.interruption import CallGuard, LayerChecks
-from dialscore_server.nll.encoding import EncodedItem
-from dialscore_server.nll.engine import NLLEngine
+from dialscore_server.scheduling.cancellation import CallGuard, LayerChecks
+from dialscore_server.nll.engine.encoding import EncodedItem
+from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.serving import NLLServing
 
 TOL = 1e-4
@@ -183,7 +183,7 @@ def test_the_next_chunk_is_queued_while_the_current_one_runs():
     begins: the replica never waits for a round trip between two chunks of a request."""
     from tests.fake_api import FakeNLLEngine
     from dialscore.model_card import ModelCard
-    from dialscore_server.nll.encoding import NLLItem
+    from dialscore_server.nll.engine.encoding import NLLItem
 
     card = ModelCard(name="fake", family="causal", source="fake", revision="fake",
                      max_length=1024, dtype="float32", device="cpu", stand_in=True)

@@ -1,7 +1,7 @@
-"""The engine's CPU kernels (services/dialscore_server/nll/kernels.py): same numbers as the stock model.
+"""The engine's CPU kernels (services/dialscore_server/nll/engine/kernels.py): same numbers as the stock model.
 
 ``fast_kernels`` routes float32/bfloat16 linear layers through oneDNN where it measured faster
-(services/dialscore_server/nll/kernel_choice.py) and fuses GPT-2's GELU; the NLLs must equal those
+(services/dialscore_server/nll/engine/kernel_choice.py) and fuses GPT-2's GELU; the NLLs must equal those
 of the stock transformers forward to 1e-4 (float32) whichever routes are chosen, the model's
 ``state_dict`` must be unchanged, and a forward with autograd recording must fall back to stock.
 Which route is faster depends on the CPU, so the tests force each choice through the timing
@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from dialscore_server.checkpoints.loading import load_model
-from dialscore_server.nll import kernel_choice, kernels
-from dialscore_server.nll.encoding import EncodedItem
-from dialscore_server.nll.engine import NLLEngine
+from dialscore_server.nll.engine import kernel_choice, kernels
+from dialscore_server.nll.engine.encoding import EncodedItem
+from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.checkpoints.standins import reinit_
 
 pytestmark = pytest.mark.skipif(not kernels.onednn_linear_available(),

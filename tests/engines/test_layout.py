@@ -12,7 +12,7 @@ import pytest
 from transformers import AutoConfig, AutoTokenizer
 
 from dialscore_server.checkpoints.registry import ModelConfig
-from dialscore_server.nll.encoding import NLLEncoder, NLLItem
+from dialscore_server.nll.engine.encoding import NLLEncoder, NLLItem
 
 FAMILIES = ("dialogpt-medium", "topical-gpt2", "bart-base", "blenderbot-400m")
 TURNS = ("how are you today?", "not much, just resting.", "why?")
@@ -229,7 +229,7 @@ def test_truncated_nll_scores_only_the_target(stand_in_registry):
     same target tokens, same NLL; only the `truncated` flag differs."""
     from dialscore_server.checkpoints.loading import load_model
     from dialscore_server.checkpoints.standins import reinit_
-    from dialscore_server.nll.engine import NLLEngine
+    from dialscore_server.nll.engine.engine import NLLEngine
 
     loaded = load_model(stand_in_registry.get("dialogpt-medium"))
     reinit_(loaded.model, 0.3, seed=1)

@@ -14,8 +14,8 @@ import pytest
 from dialscore.model_card import ModelCard
 from dialscore_server.checkpoints.loading import load_model
 from dialscore_server.checkpoints.standins import reinit_
-from dialscore_server.nll.encoding import EncodedItem, NLLItem
-from dialscore_server.nll.engine import NLLEngine
+from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
+from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.serving import NLLServing, chunk_items
 from fake_api import FakeNLLEngine
 from merging_runner import (

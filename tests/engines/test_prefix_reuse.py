@@ -17,10 +17,10 @@ import random
 import pytest
 import torch
 
-from dialscore_server.batching import share_prefixes
+from dialscore_server.scheduling.planner import share_prefixes
 from dialscore_server.checkpoints.loading import LoadedModel, load_model
-from dialscore_server.nll.encoding import EncodedItem, NLLItem
-from dialscore_server.nll.engine import NLLEngine
+from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
+from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.checkpoints.standins import reinit_
 
 TOL = 1e-4

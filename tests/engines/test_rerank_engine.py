@@ -7,11 +7,11 @@ import asyncio
 
 import pytest
 
-from dialscore_server.contradiction.classifier import NLIPairClassifier
-from dialscore_server.contradiction.engine import ContradictionDetector
-from dialscore_server.contradiction.pairing import DetectionJob, Evidence, Turn
+from dialscore_server.contradiction.engine.classifier import NLIPairClassifier
+from dialscore_server.contradiction.engine.engine import ContradictionDetector
+from dialscore_server.contradiction.engine.pairing import DetectionJob, Evidence, Turn
 from dialscore_server.contract.errors import InputError
-from dialscore_server.rerank.engine import (
+from dialscore_server.rerank.engine.reranker import (
     DEFAULT_NLL_WEIGHT, Reranker, RerankWeights, candidate_speaker, query_context,
 )
 
@@ -214,7 +214,7 @@ def test_query_splits_into_lines_with_alternating_speakers_ending_before_the_can
 
 def test_tei_request_orders_like_v1_rerank():
     from dialscore_server.rerank.protocol import RerankRequest
-    from dialscore_server.rerank.tei_protocol import TEIRerankRequest, tei_results
+    from dialscore_server.rerank.tei.protocol import TEIRerankRequest, tei_results
 
     rr, _ = reranker({"I have no pets.": 0.9, "Every day.": 0.1, "Sometimes.": 0.1})
     cands = ["I have no pets.", "Every day.", "Sometimes."]
@@ -237,7 +237,7 @@ def test_tei_request_orders_like_v1_rerank():
 
 
 def test_query_without_an_earlier_candidate_turn_is_refused_not_tied():
-    from dialscore_server.rerank.engine import require_candidate_turn
+    from dialscore_server.rerank.engine.reranker import require_candidate_turn
 
     require_candidate_turn(query_context("I love dogs.\nDo you?"))
     for query in ("just one line", "  \n\n"):

@@ -14,7 +14,7 @@ from dialscore.client import AsyncDialscoreClient
 from dialscore.evals.decode import write_decode
 from dialscore.evals.runners.decode import arun_decode
 from dialscore_server.checkpoints.registry import stand_in_registry
-from dialscore_server.contradiction.engine import ContradictionDetector
+from dialscore_server.contradiction.engine.engine import ContradictionDetector
 from dialscore_server.contradiction.serving import ContradictionServing
 from dialscore_server.contract.limits import Limits
 from dialscore_server.gateway.app import create_app

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from dialscore_server.contradiction.pairing import DetectionResult, Evidence, Turn
+from dialscore_server.contradiction.engine.pairing import DetectionResult, Evidence, Turn
 from dialscore_server.contradiction.protocol import ContradictionRequest, ContradictionResponse
 from dialscore_server.contract.errors import ServiceError
-from dialscore_server.rerank.engine import RerankOutput, RerankResult, RerankWeights
+from dialscore_server.rerank.engine.reranker import RerankOutput, RerankResult, RerankWeights
 from dialscore_server.rerank.protocol import RerankRequest, RerankResponse, RerankUsage
-from dialscore_server.rerank.tei_protocol import TEIRerankRequest
+from dialscore_server.rerank.tei.protocol import TEIRerankRequest
 from dialscore_server.contract.limits import Limits
 
 
@@ -116,7 +116,7 @@ def test_responses_from_engine_results():
     assert body["weights"] == {"contradiction": 1.0, "nll": 0.1} and body["speaker"] == "bot"
 
 
-@pytest.mark.parametrize("module", ["dialscore_server.contradiction.engine", "dialscore_server.rerank.engine"])
+@pytest.mark.parametrize("module", ["dialscore_server.contradiction.engine.engine", "dialscore_server.rerank.engine.reranker"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from dialscore_server.rerank.engine import query_context
+from dialscore_server.rerank.engine.reranker import query_context
 
 pytestmark = pytest.mark.serve
 

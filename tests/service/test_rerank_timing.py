@@ -7,9 +7,9 @@ import asyncio
 
 from fake_api import LocalHandle
 
-from dialscore_server.contradiction.pairing import DetectionJob, DetectionResult, Turn
+from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult, Turn
 from dialscore_server.contract.reply import Reply
-from dialscore_server.nll.engine import NLLResult
+from dialscore_server.nll.engine.engine import NLLResult
 from dialscore_server.nll.serving import Scored
 from dialscore_server.rerank.deployment import RerankDeployment
 

@@ -8,8 +8,8 @@ import re
 import httpx
 import pytest
 
-from dialscore_server.nll.encoding import NLLItem
-from dialscore_server.nll.engine import NLLEngine
+from dialscore_server.nll.engine.encoding import NLLItem
+from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.protocol import NLLResponse
 
 pytestmark = pytest.mark.serve
@@ -94,7 +94,7 @@ def test_a_replica_reports_the_linear_routes_it_timed(served):
     shape's timing and choice (kernel_route logs, benchmarks comparing it with in-process)."""
     from ray import serve
 
-    from dialscore_server.nll.kernels import onednn_linear_available
+    from dialscore_server.nll.engine.kernels import onednn_linear_available
 
     if not onednn_linear_available():
         pytest.skip("this torch build has no oneDNN linear: no route is timed")

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from dialscore.evals.decode import read_decode
-from dialscore_server.rerank.engine import query_context
+from dialscore_server.rerank.engine.reranker import query_context
 from shared_data import shared_file
 
 pytestmark = pytest.mark.serve

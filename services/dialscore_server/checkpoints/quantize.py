@@ -27,7 +27,7 @@ Every linear layer of the body (GPT-2's ``Conv1D`` included) becomes an :class:`
   pass over the output. Still per row, so still batch-invariant.
 
 What stays float32: embeddings, layer norms, attention, the output head (vocabulary projection,
-:mod:`dialscore_server.nll.projection`) and the log-softmax; only the body's products are rounded.
+:mod:`dialscore_server.nll.engine.projection`) and the log-softmax; only the body's products are rounded.
 
 Measured before choosing (``loadtests/bench_precision.py --int8-kernels``, BENCHMARKS.md), on this
 AVX2-only AMD EPYC, 2 threads, a DialoGPT-medium-sized product of 1,024 tokens: quantized
@@ -136,7 +136,7 @@ def quantize_int8(model: Any, engine: str = INT8_ENGINE, *, centered: bool = Tru
     `centered`: each activation row is quantized over its own [min, max] (the default) rather
     than [-max|x|, max|x|] (the first version; kept to compare, ``loadtests/bench_probe.py``).
 
-    The model must be float32 on CPU and not yet patched by :mod:`dialscore_server.nll.kernels`
+    The model must be float32 on CPU and not yet patched by :mod:`dialscore_server.nll.engine.kernels`
     (quantize first; :func:`~dialscore_server.checkpoints.loading.load_model` does). The output
     head (``get_output_embeddings()``, outside the body for every family served here; a tied head
     shares the embedding matrix, which is never quantized) and a classifier's head stay float32.
@@ -149,7 +149,7 @@ def quantize_int8(model: Any, engine: str = INT8_ENGINE, *, centered: bool = Tru
     if any(hasattr(m, "_dialscore_stock_forward") for m in model.modules()):
         # nll.kernels folds GELU into c_fc's patched forward; replacing that layer would drop the
         # activation.
-        raise ValueError("quantize before applying dialscore_server.nll.kernels, not after")
+        raise ValueError("quantize before applying dialscore_server.nll.engine.kernels, not after")
     if engine not in torch.backends.quantized.supported_engines:
         raise RuntimeError(f"quantized engine {engine!r} is not available in this PyTorch build "
                            f"(has {torch.backends.quantized.supported_engines})")

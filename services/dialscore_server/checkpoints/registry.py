@@ -31,7 +31,7 @@ class _Strict(BaseModel):
 
 # The paper models' formats and the exact token layout each produces (fast byte-level BPE
 # tokenizers split text on special tokens first, so a turn after a special token is tokenized as
-# that turn alone; services/dialscore_server/nll/layout.py drops any space touching a special token
+# that turn alone; services/dialscore_server/nll/engine/layout.py drops any space touching a special token
 # and strips turns' edge whitespace, so no lone `Ġ` token sits next to a special token). Turns
 # t_1..t_n, knowledge K, target T; every text keeps the first-word convention of its family:
 #

@@ -18,7 +18,7 @@ def register(sub) -> None:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from dialscore_server.nll.engine import NLLEngine
+    from dialscore_server.nll.engine.engine import NLLEngine
     from dialscore_server.nll.protocol import NLLItemIn
     from dialscore_server.checkpoints.registry import paper_registry, stand_in_registry
     from dialscore_server.checkpoints.standins import build_stand_ins

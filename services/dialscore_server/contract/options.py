@@ -60,5 +60,5 @@ class ServingOptions(BaseModel):
     fast_kernels: bool = Field(
         True, description="NLL models: run float32 linear layers through oneDNN where it measures "
         "faster than PyTorch's own route for the layer's shape on this CPU (timed once per process), "
-        "and GPT-2's GELU as one fused kernel (services/dialscore_server/nll/kernels.py; same numbers "
+        "and GPT-2's GELU as one fused kernel (services/dialscore_server/nll/engine/kernels.py; same numbers "
         "to float rounding). Off: stock PyTorch kernels.")

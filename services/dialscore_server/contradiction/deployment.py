@@ -3,7 +3,7 @@
 merging jobs from many requests into one classifier call, sized in NLI pairs.
 
 It receives the detector class (default
-:class:`~dialscore_server.contradiction.engine.ContradictionDetector`) and builds it with
+:class:`~dialscore_server.contradiction.engine.engine.ContradictionDetector`) and builds it with
 ``from_options``, so a test can serve a fake engine that loads no model.
 """
 
@@ -17,8 +17,8 @@ from dialscore.model_card import ModelCard
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contract.reply import Reply
-from dialscore_server.contradiction.engine import ContradictionDetector
-from dialscore_server.contradiction.pairing import DetectionJob, DetectionResult
+from dialscore_server.contradiction.engine.engine import ContradictionDetector
+from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult
 from dialscore_server.contradiction.serving import ContradictionServing, Detector, Work
 
 #: Upper bound of a batch, counted in NLI pairs (Serve's max_batch_size).

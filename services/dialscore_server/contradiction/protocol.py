@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from dialscore_server.contradiction.pairing import (
+from dialscore_server.contradiction.engine.pairing import (
     DEFAULT_THRESHOLD, DetectionJob, DetectionResult, Evidence, Turn,
 )
 from dialscore_server.contract.limits import Limits, check_ids, check_texts, too_costly, too_many

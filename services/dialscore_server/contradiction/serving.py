@@ -3,10 +3,10 @@ pairing plan and turn ids), cut it into chunks of about ``chunk_pairs`` NLI pair
 dialogues; a dialogue's pairs are never split), run merged chunks of many jobs through the
 detector in one call, put each job's answer back together.
 
-Fair sharing and no orphan work as :mod:`dialscore_server.fair_chunks` describes: a job has at
+Fair sharing and no orphan work as :mod:`dialscore_server.scheduling.chunks` describes: a job has at
 most one chunk running and one queued, so a small request admitted behind a large one waits for
 about one chunk; a cancelled request's chunks not yet computed are dropped and its pairs leave the
-running call at the next pass or layer (:mod:`dialscore_server.interruption`); the ledger counts
+running call at the next pass or layer (:mod:`dialscore_server.scheduling.cancellation`); the ledger counts
 pairs.
 
 The Serve deployment (deployment.py) wraps this with ``@serve.batch``; tests run it in-process
@@ -23,11 +23,11 @@ from dialscore.model_card import ModelCard
 from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
-from dialscore_server.contradiction.pairing import DetectionJob, DetectionResult, plan_pairs
-from dialscore_server.fair_chunks import (
+from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult, plan_pairs
+from dialscore_server.scheduling.chunks import (
     Chunk, EngineThread, WorkLedger, abandoned_reply, run_in_turn,
 )
-from dialscore_server.interruption import CallGuard
+from dialscore_server.scheduling.cancellation import CallGuard
 
 #: Default chunk size in NLI pairs (ServingOptions.chunk_pairs).
 CHUNK_PAIRS = 64

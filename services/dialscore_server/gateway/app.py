@@ -24,17 +24,17 @@ from pydantic import BaseModel, Field
 from dialscore_server import metrics
 from dialscore_server.contract.backend import Backend
 from dialscore_server.contract.errors import error_responses
-from dialscore_server.contradiction.api_router import build_router as contradiction_router
+from dialscore_server.contradiction.router import build_router as contradiction_router
 from dialscore_server.gateway import http_errors
 from dialscore_server.gateway.body_limit import BodySizeLimit
 from dialscore_server.gateway.model_listing import ModelList, model_list
 from dialscore_server.gateway.observe import ObserveRequests
 from dialscore_server.gateway.openapi import install_openapi
-from dialscore_server.nll.api_router import build_router as nll_router
-from dialscore_server.nll.completions_router import build_router as completions_router
-from dialscore_server.rerank.api_router import build_router as rerank_router
-from dialscore_server.rerank.cohere_router import build_router as cohere_rerank_router
-from dialscore_server.rerank.tei_router import build_router as tei_rerank_router
+from dialscore_server.nll.router import build_router as nll_router
+from dialscore_server.nll.completions.router import build_router as completions_router
+from dialscore_server.rerank.router import build_router as rerank_router
+from dialscore_server.rerank.cohere.router import build_router as cohere_rerank_router
+from dialscore_server.rerank.tei.router import build_router as tei_rerank_router
 
 
 class Ingress(Backend, Protocol):

@@ -2,7 +2,7 @@
 with ``@serve.batch`` merging requests from many callers into one engine call, sized by the
 positions the engine computes (``Work.positions``).
 
-It receives the engine class (default :class:`~dialscore_server.nll.engine.NLLEngine`) and builds
+It receives the engine class (default :class:`~dialscore_server.nll.engine.engine.NLLEngine`) and builds
 it with ``from_options``, so a test can serve a fake engine that loads no model. Requests are
 validated and tokenized *before* they enter the batch queue (one bad item fails only its own
 request, never a batch of good ones); the engine splits a merged call into token-budget forward
@@ -20,10 +20,10 @@ from dialscore.model_card import ModelCard
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contract.reply import Reply
-from dialscore_server.nll import kernel_choice
-from dialscore_server.nll.completions import Completed
-from dialscore_server.nll.encoding import NLLItem
-from dialscore_server.nll.engine import NLLEngine
+from dialscore_server.nll.engine import kernel_choice
+from dialscore_server.nll.completions.choices import Completed
+from dialscore_server.nll.engine.encoding import NLLItem
+from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.serving import NLLScorer, NLLServing, Scored, Work
 
 logger = logging.getLogger("ray.serve")

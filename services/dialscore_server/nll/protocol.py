@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from dialscore_server.nll.encoding import NLLItem
+from dialscore_server.nll.engine.encoding import NLLItem
 from dialscore_server.contract.limits import (
     Limits, check_texts, item_token_bound, too_costly, too_many,
 )

@@ -2,10 +2,10 @@
 it), cut it into chunks of about ``chunk_tokens`` computed positions, run merged chunks of many
 requests through the engine in one call, put each request's answer back together.
 
-Fair sharing and no orphan work as :mod:`dialscore_server.fair_chunks` describes: a request has
+Fair sharing and no orphan work as :mod:`dialscore_server.scheduling.chunks` describes: a request has
 at most one chunk running and one queued, so a small request waits for about one chunk of a large
 one; a cancelled request's chunks not yet computed are dropped and its running chunk stops at the
-engine's next pass or layer (:mod:`dialscore_server.interruption`). A chunk is consecutive items
+engine's next pass or layer (:mod:`dialscore_server.scheduling.cancellation`). A chunk is consecutive items
 (never a part of one); a cut is placed between items with different sources where one is near,
 so items sharing a context stay in one engine call and keep their prefix reuse.
 
@@ -20,18 +20,18 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dialscore.model_card import ModelCard
-from dialscore_server.arrivals import Arrivals
-from dialscore_server.batching import BatchStats
+from dialscore_server.scheduling.arrivals import Arrivals
+from dialscore_server.scheduling.planner import BatchStats
 from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
-from dialscore_server.fair_chunks import (
+from dialscore_server.scheduling.chunks import (
     Chunk, EngineThread, WorkLedger, abandoned_reply, run_in_turn,
 )
-from dialscore_server.interruption import CallGuard
-from dialscore_server.nll.completions import Completed, build_choice
-from dialscore_server.nll.encoding import EncodedItem, NLLItem
-from dialscore_server.nll.engine import NLLResult
+from dialscore_server.scheduling.cancellation import CallGuard
+from dialscore_server.nll.completions.choices import Completed, build_choice
+from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
+from dialscore_server.nll.engine.engine import NLLResult
 
 
 class NLLScorer(Engine, Protocol):
@@ -219,7 +219,7 @@ class NLLServing:
     async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
                     runner: Runner | None = None) -> Reply[Scored]:
         """The whole path of one request: admit it (off the event loop: tokenizing is CPU work;
-        then wait for requests being tokenized alongside, see :mod:`dialscore_server.arrivals`),
+        then wait for requests being tokenized alongside, see :mod:`dialscore_server.scheduling.arrivals`),
         hand its chunks to `runner` (default: one chunk per engine call) in turn, join the
         answers, add token strings when asked. Cancelling the caller drops what is left. The
         reply's `queue_s` includes the wait for requests tokenized alongside."""
@@ -239,7 +239,7 @@ class NLLServing:
     async def complete(self, prompts: Sequence[str | Sequence[int]], params: Sequence[str], *,
                        echo: bool, generate: bool, logprobs: int | None,
                        runner: Runner | None = None) -> Reply[Completed]:
-        """POST /v1/completions on this engine (:mod:`dialscore_server.nll.completions`): every
+        """POST /v1/completions on this engine (:mod:`dialscore_server.nll.completions.choices`): every
         prompt becomes an item scored on the same path as /v1/nll items (admission, `runner`, so
         the same batches, token budget and prefix reuse); `params` name each prompt in errors.
         A one-token prompt with nothing generated has no position to score and skips the engine.

@@ -2,7 +2,7 @@
 
 It holds no model. For each request it sends one detection job (all candidates' pairs, batched
 with other requests' inside the detector) and, when an NLL model is named, one NLL request, and
-combines them with :class:`~dialscore_server.rerank.engine.Reranker`.
+combines them with :class:`~dialscore_server.rerank.engine.reranker.Reranker`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from dialscore_server.contradiction.pairing import DetectionJob, DetectionResult, Turn
+from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult, Turn
 from dialscore_server.contract.deadline import answer, from_ray
 from dialscore_server.contract.errors import ServiceError
 from dialscore_server.contract.reply import Reply
-from dialscore_server.nll.encoding import NLLItem
-from dialscore_server.rerank.engine import Reranker, RerankOutput
+from dialscore_server.nll.engine.encoding import NLLItem
+from dialscore_server.rerank.engine.reranker import Reranker, RerankOutput
 
 
 @serve.deployment(name="rerank", max_ongoing_requests=128, ray_actor_options={"num_cpus": 0.1})

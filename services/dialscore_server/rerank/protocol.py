@@ -1,8 +1,8 @@
 """POST /v1/rerank: request and response schemas (dialscore's own shape).
 
 The ecosystem shapes of the same reranker live beside it: text-embeddings-inference's
-POST /rerank in :mod:`dialscore_server.rerank.tei_protocol`, Cohere's POST /v2/rerank in
-:mod:`dialscore_server.rerank.cohere_protocol`.
+POST /rerank in :mod:`dialscore_server.rerank.tei.protocol`, Cohere's POST /v2/rerank in
+:mod:`dialscore_server.rerank.cohere.protocol`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from dialscore_server.contradiction.pairing import DEFAULT_THRESHOLD, Turn
+from dialscore_server.contradiction.engine.pairing import DEFAULT_THRESHOLD, Turn
 from dialscore_server.contradiction.protocol import (
     EvidenceOut, Probability, SpeakerIn, TurnIn, capped_evidence, structured_pairs,
     turn_ids_and_speakers, unique_turn_ids,
 )
-from dialscore_server.rerank.engine import (
+from dialscore_server.rerank.engine.reranker import (
     DEFAULT_CONTRADICTION_WEIGHT, DEFAULT_NLL_WEIGHT, RerankOutput, RerankResult, RerankWeights,
     candidate_speaker,
 )
@@ -98,7 +98,7 @@ class RerankRequest(APIModel):
     def require_something_to_contradict(self) -> None:
         """Refuse (422 naming ``speaker``) a request whose candidates have nothing to contradict
         and no NLL model to order them: structured mode with no earlier context turn of the
-        candidate speaker (see :func:`~dialscore_server.rerank.engine.candidate_speaker`), or
+        candidate speaker (see :func:`~dialscore_server.rerank.engine.reranker.candidate_speaker`), or
         unstructured mode with an empty context. Every candidate would score contradiction
         probability 0.0, a silent tie. With `nll_model` named the request is served and the
         order is the NLL term's alone (contradiction_probability 0.0 for every candidate)."""

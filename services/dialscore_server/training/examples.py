@@ -1,5 +1,5 @@
 """DECODE-format dialogues as (premise, hypothesis, label) examples for training a detector,
-built with the service's own pairing (:func:`~dialscore_server.contradiction.pairing.plan_pairs`)
+built with the service's own pairing (:func:`~dialscore_server.contradiction.engine.pairing.plan_pairs`)
 so that training inputs are exactly what the detector is later asked.
 
 - ``pairs`` (utterance-based, the paper's structured setting): every earlier turn by the last
@@ -18,7 +18,7 @@ from typing import Literal
 
 from dialscore.evals.decode import DecodeDialogue
 
-from dialscore_server.contradiction.pairing import Turn, plan_pairs
+from dialscore_server.contradiction.engine.pairing import Turn, plan_pairs
 
 Setting = Literal["pairs", "unstructured"]
 SETTINGS: tuple[Setting, ...] = ("pairs", "unstructured")

@@ -58,7 +58,7 @@ class VocabularyProjection:
         model: a Hugging Face LM (``get_output_embeddings()``, optional ``final_logits_bias``).
         chunk: positions projected at once (positive).
         onednn: run the float32 product through oneDNN
-            (:func:`dialscore_server.nll.kernels.linear`).
+            (:func:`dialscore_server.nll.engine.kernels.linear`).
 
     ``weight_fp32``/``bias_fp32``: the float32 copy of a reduced-precision head, made on first use
     and kept (None for a float32 model, or before the first call).
@@ -86,7 +86,7 @@ class VocabularyProjection:
         computation is the plain one, bit for bit."""
         import torch
 
-        from dialscore_server.nll.kernels import linear
+        from dialscore_server.nll.engine.kernels import linear
 
         head = self.model.get_output_embeddings()
         bias = getattr(self.model, "final_logits_bias", None)

@@ -13,7 +13,7 @@ Contract. Given a dialogue `context` (turns, oldest first) and candidate replies
   /v1/rerank names ``speaker`` unless an NLL model orders the candidates, the query routes name
   ``query``). Pass `speaker` (e.g. the bot's id) whenever you know it.
 * **Contradiction.** Each (context + candidate) dialogue goes through the DECODE detector (see
-  :mod:`dialscore_server.contradiction.engine`): structured mode by default, so the candidate is paired
+  :mod:`dialscore_server.contradiction.engine.engine`): structured mode by default, so the candidate is paired
   with every earlier context turn of the candidate speaker; ``contradiction_probability`` is the
   maximum pair probability, ``is_contradiction`` is ``> threshold`` (default 0.5), and
   ``evidence`` names the context turns (by id: given id, else position) whose pair probability
@@ -38,8 +38,8 @@ Contract. Given a dialogue `context` (turns, oldest first) and candidate replies
 
 Example with an injected classifier::
 
-    >>> from dialscore_server.contradiction.engine import ContradictionDetector
-    >>> from dialscore_server.contradiction.pairing import Turn
+    >>> from dialscore_server.contradiction.engine.engine import ContradictionDetector
+    >>> from dialscore_server.contradiction.engine.pairing import Turn
     >>> class Fake:
     ...     def contradiction_probs(self, pairs):
     ...         return [0.8 if "hate" in h else 0.1 for p, h in pairs]
@@ -61,8 +61,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from dialscore_server.contradiction.engine import ContradictionDetector
-from dialscore_server.contradiction.pairing import (
+from dialscore_server.contradiction.engine.engine import ContradictionDetector
+from dialscore_server.contradiction.engine.pairing import (
     DEFAULT_THRESHOLD, MODES, DetectionJob, DetectionResult, Evidence, Mode, Speaker, Turn, TurnId,
     check_threshold, turn_ids,
 )
@@ -194,7 +194,7 @@ class Reranker:
     Args:
         detector: a :class:`ContradictionDetector`, or a function ``detect(job) ->
             list[DetectionResult]`` (or an awaitable of it) that runs one
-            :class:`~dialscore_server.contradiction.engine.DetectionJob`, e.g. through a batching
+            :class:`~dialscore_server.contradiction.engine.engine.DetectionJob`, e.g. through a batching
             contradiction deployment's handle.
     """
 

@@ -2,13 +2,13 @@
 
 Contract (spec section 3), in three parts:
 
-* **Pairing and verdict** (:mod:`~dialscore_server.contradiction.pairing`): turns are named by
+* **Pairing and verdict** (:mod:`~dialscore_server.contradiction.engine.pairing`): turns are named by
   id, never by position parity; structured mode pairs every earlier turn of the last speaker with
   the last turn, unstructured mode makes one pair of the whole history; the dialogue's
   ``probability`` is the largest pair probability, ``is_contradiction`` is ``probability >
   threshold``, and ``evidence`` lists the turns whose pair probability is ``> evidence_threshold``.
   A dialogue with nothing to compare is valid: probability 0.0, no pair classified.
-* **Pair probabilities** (:mod:`~dialscore_server.contradiction.classifier`): the softmax
+* **Pair probabilities** (:mod:`~dialscore_server.contradiction.engine.classifier`): the softmax
   probability of the checkpoint's contradiction label, in float32; pairs that do not fit the
   window lose their oldest premise tokens first.
 * **Batching.** :meth:`ContradictionDetector.detect_many` flattens the pairs of every dialogue of
@@ -39,14 +39,14 @@ from typing import TYPE_CHECKING
 from dialscore.model_card import ModelCard
 from dialscore_server.checkpoints.loading import LoadedModel
 from dialscore_server.checkpoints.registry import ModelConfig
-from dialscore_server.contradiction.classifier import (
+from dialscore_server.contradiction.engine.classifier import (
     NLIPairClassifier, PairClassifier, PairFn, as_pair_classifier,
 )
-from dialscore_server.contradiction.pairing import (
+from dialscore_server.contradiction.engine.pairing import (
     DEFAULT_THRESHOLD, DetectionJob, DetectionResult, Mode, PlannedPair, Turn, check_threshold,
     plan_pairs, verdict,
 )
-from dialscore_server.interruption import CallGuard
+from dialscore_server.scheduling.cancellation import CallGuard
 
 if TYPE_CHECKING:
     from dialscore_server.contract.options import ServingOptions
@@ -57,7 +57,7 @@ class ContradictionDetector:
 
     Give either a `config` (family ``classifier``; the model is loaded unless `loaded` is given) or
     an injected `classifier`: any
-    :class:`~dialscore_server.contradiction.classifier.PairClassifier`, or a plain function with
+    :class:`~dialscore_server.contradiction.engine.classifier.PairClassifier`, or a plain function with
     the same contract as ``contradiction_probs`` (e.g. a fake in tests).
 
     Args:
@@ -65,7 +65,7 @@ class ContradictionDetector:
         loaded: an already loaded model for `config`.
         classifier: a ready ``PairClassifier`` or function; excludes `config`/`loaded`.
         token_budget, num_threads: passed to
-            :class:`~dialscore_server.contradiction.classifier.NLIPairClassifier`.
+            :class:`~dialscore_server.contradiction.engine.classifier.NLIPairClassifier`.
     """
 
     def __init__(self, config: ModelConfig | None = None, loaded: LoadedModel | None = None, *,
@@ -132,7 +132,7 @@ class ContradictionDetector:
         Inputs are all validated before anything is classified; an
         :class:`~dialscore_server.contract.errors.InputError` names the offending field relative
         to its job (``dialogues[i]...``, ``threshold``). With a `guard` over the jobs' indices
-        (:mod:`dialscore_server.interruption`), the classifier stops computing the pairs of jobs
+        (:mod:`dialscore_server.scheduling.cancellation`), the classifier stops computing the pairs of jobs
         no longer wanted; such a job whose pairs were not all classified gets None. Without a
         guard, no None.
         """

@@ -3,8 +3,8 @@ tokens out.
 
 Every pass right-pads its rows and restarts position ids at 0 for every row (continuations start
 at their prefix length), so an item's numbers do not depend on what it shares a pass with. Each
-pass adds what it computed to the call's :class:`~dialscore_server.batching.BatchStats`; which
-items share a pass is decided by the engine (:mod:`dialscore_server.nll.engine`).
+pass adds what it computed to the call's :class:`~dialscore_server.scheduling.planner.BatchStats`; which
+items share a pass is decided by the engine (:mod:`dialscore_server.nll.engine.engine`).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dialscore_server.batching import KV_BUDGET_FACTOR, BatchStats, SharedPrefixGroup, chunk_passes
-from dialscore_server.interruption import CallGuard, PassAbandoned
-from dialscore_server.nll.encoding import EncodedItem
-from dialscore_server.nll.prefix_cache import expanded_prefix_cache
+from dialscore_server.scheduling.planner import KV_BUDGET_FACTOR, BatchStats, SharedPrefixGroup, chunk_passes
+from dialscore_server.scheduling.cancellation import CallGuard, PassAbandoned
+from dialscore_server.nll.engine.encoding import EncodedItem
+from dialscore_server.nll.engine.prefix_cache import expanded_prefix_cache
 
 #: log P(targets[k] | hidden[k]) for each selected position k (a VocabularyProjection); with a
 #: third argument (top-k counts per position), ScoredPosition records instead of floats.
@@ -30,14 +30,14 @@ class ForwardPasses:
         device: where its weights live (inputs are moved there).
         pad_id: the token id written in padding slots (never attended to by a scored position).
         decoder_prefix: seq2seq: the unscored decoder inputs before the target
-            (:attr:`~dialscore_server.nll.encoding.NLLEncoder.decoder_prefix`).
+            (:attr:`~dialscore_server.nll.engine.encoding.NLLEncoder.decoder_prefix`).
         window: the registry's ``max_length``; continuation position ids stay below it and the
             model's position table.
         project: the vocabulary projection.
 
     Each method returns, per item in the order given, the log-probabilities of its target tokens:
     floats, or, when any item of the pass asks for alternatives (``EncodedItem.top_k > 0``),
-    :class:`~dialscore_server.nll.projection.ScoredPosition` records for every item of that
+    :class:`~dialscore_server.nll.engine.projection.ScoredPosition` records for every item of that
     method call (k = 0 items get records without alternatives).
     """
 
@@ -152,12 +152,12 @@ class ForwardPasses:
         Prefix pass: the groups' prefixes, right-padded, ``use_cache=True``. Target tokens whose
         predicting position lies inside the prefix (always the first one when the prefix is the
         whole source: the prefix's last hidden state predicts it) are projected from this pass.
-        Continuation passes (:func:`~dialscore_server.batching.chunk_passes` under `token_budget`
+        Continuation passes (:func:`~dialscore_server.scheduling.planner.chunk_passes` under `token_budget`
         and KV_BUDGET_FACTOR × `token_budget`): each item's remaining tokens, right-padded;
         position ids continue from the group's prefix length; the attention mask is the group's
         prefix mask (its padding masked out) followed by the continuation's own; the prefix
         keys/values are gathered per row, layer by layer, as the layer needs them
-        (:func:`~dialscore_server.nll.prefix_cache.expanded_prefix_cache`).
+        (:func:`~dialscore_server.nll.engine.prefix_cache.expanded_prefix_cache`).
         """
         import torch
 

@@ -7,8 +7,8 @@ from fastapi import APIRouter, Response
 
 from dialscore_server.contract.backend import Backend
 from dialscore_server.contract.strict_json import StrictJSONRoute
-from dialscore_server.rerank.api_router import ERRORS, run_query_rerank
-from dialscore_server.rerank.cohere_protocol import CohereRerankRequest, CohereRerankResponse
+from dialscore_server.rerank.router import ERRORS, run_query_rerank
+from dialscore_server.rerank.cohere.protocol import CohereRerankRequest, CohereRerankResponse
 
 
 def build_router(gw: Backend) -> APIRouter:

@@ -8,8 +8,8 @@ from fastapi.responses import JSONResponse
 
 from dialscore_server.contract.backend import Backend
 from dialscore_server.contract.strict_json import StrictJSONRoute
-from dialscore_server.rerank.api_router import ERRORS, run_query_rerank
-from dialscore_server.rerank.tei_protocol import TEIRerankRequest, TEIRerankResponse, tei_results
+from dialscore_server.rerank.router import ERRORS, run_query_rerank
+from dialscore_server.rerank.tei.protocol import TEIRerankRequest, TEIRerankResponse, tei_results
 
 
 def build_router(gw: Backend) -> APIRouter:

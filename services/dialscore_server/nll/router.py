@@ -14,7 +14,7 @@ from dialscore_server.contract.timing_headers import set_reply_timing
 from dialscore_server.contract.errors import error_responses
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contract.strict_json import StrictJSONRoute
-from dialscore_server.nll.completions import Completed
+from dialscore_server.nll.completions.choices import Completed
 from dialscore_server.nll.serving import Scored
 from dialscore_server.nll.protocol import NLLRequest, NLLResponse, NLLResultOut, Usage
 

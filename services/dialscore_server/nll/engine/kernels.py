@@ -9,7 +9,7 @@ BENCHMARKS.md have the figures):
   On an AVX2-only EPYC the order reverses (oneDNN 0.65-0.8x of PyTorch's own route). So each
   kind of float32 and bfloat16 linear layer of the model (GPT-2's ``Conv1D``, ``nn.Linear``
   elsewhere) is routed through oneDNN's ``linear`` op (``torch.ops.mkldnn._linear_pointwise``)
-  only where :mod:`dialscore_server.nll.kernel_choice` measured it faster on this CPU, for that
+  only where :mod:`dialscore_server.nll.engine.kernel_choice` measured it faster on this CPU, for that
   layer's shape, once per process. A routed layer reads the module's own weight (``Conv1D``
   weights are stored column-major so that the [out, in] matrix oneDNN reads is contiguous: no
   copy kept, ``state_dict`` unchanged), with the bias added in the product's epilogue. (bf16
@@ -31,7 +31,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from dialscore_server.nll import kernel_choice
+from dialscore_server.nll.engine import kernel_choice
 
 #: Largest difference from the stock forward accepted by the self-check, relative to the output's
 #: largest magnitude, per weight dtype (bf16 results round to 8 bits whichever kernel runs).

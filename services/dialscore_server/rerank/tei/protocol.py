@@ -4,7 +4,7 @@ The route takes what TEI rerank clients send (``query``, ``texts``, ``raw_scores
 ``return_text``, ``truncate``, ``truncation_direction``; ``documents`` is accepted as another name
 for ``texts``, as Cohere-style clients call them) and answers a list of
 ``{"index", "score"[, "text"]}`` sorted best first. The query is the dialogue so far, one turn
-per line (see :func:`dialscore_server.rerank.engine.query_context`); a query of fewer than two
+per line (see :func:`dialscore_server.rerank.engine.reranker.query_context`); a query of fewer than two
 non-blank lines is a 422 naming ``query`` (nothing to contradict). Candidates are scored by
 contradiction only, with the default weights, so the order equals POST /v1/rerank's for the same
 turns. ``score`` is ``1 - contradiction_probability`` (in [0, 1], higher = more consistent).
@@ -30,11 +30,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, RootModel, model_validator
 
-from dialscore_server.contradiction.pairing import Turn
+from dialscore_server.contradiction.engine.pairing import Turn
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.limits import Limits
 from dialscore_server.contract.schema import APIModel, Text, UnlimitedText, limited
-from dialscore_server.rerank.engine import QUERY_CANDIDATE_SPEAKER, RerankOutput, query_context
+from dialscore_server.rerank.engine.reranker import QUERY_CANDIDATE_SPEAKER, RerankOutput, query_context
 from dialscore_server.rerank.protocol import check_query_rerank
 
 

@@ -1,6 +1,6 @@
 """Which float32/bfloat16 linear route is faster on this CPU: oneDNN's linear op or PyTorch's own.
 
-:mod:`dialscore_server.nll.kernels` routes linear layers through oneDNN because on the AVX-512
+:mod:`dialscore_server.nll.engine.kernels` routes linear layers through oneDNN because on the AVX-512
 host the project was first measured on it ran float32 products about twice as fast as MKL, which
 PyTorch's own ``addmm`` uses. On an AVX2-only host the order reverses (BENCHMARKS.md section 6),
 so the premise is a property of the CPU, not of the code: :func:`onednn_is_faster` times both

@@ -1,8 +1,8 @@
 """From an NLL item to the token ids the NLL engine scores: formatting, tokenization, truncation.
 
-:class:`NLLEncoder` implements the token layout of :mod:`dialscore_server.nll.engine`'s contract
+:class:`NLLEncoder` implements the token layout of :mod:`dialscore_server.nll.engine.engine`'s contract
 for one model: dialogue turns and knowledge are laid out with the model's
-:class:`~dialscore.model_card.DialogueFormat` (:class:`~dialscore_server.nll.layout.SourceLayout`:
+:class:`~dialscore.model_card.DialogueFormat` (:class:`~dialscore_server.nll.engine.layout.SourceLayout`:
 no lone space token next to a special token) and the source text is tokenized in one call; the
 target is tokenized on its own (no special tokens, no leading space added) and gets the eos token
 when the format says ``append_eos``. Sources that do not fit the window are shortened from the
@@ -17,7 +17,7 @@ from typing import Any
 
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.errors import InputError
-from dialscore_server.nll.layout import SourceLayout
+from dialscore_server.nll.engine.layout import SourceLayout
 
 
 class TargetTooLongError(InputError):
@@ -54,7 +54,7 @@ class EncodedItem:
     `target_ids` are exactly the scored tokens. `truncated` is true when the source was shortened
     to fit: oldest whole turns dropped and/or tokens cut from the left. `top_k` > 0 asks for the
     `top_k` most probable tokens (and so the greedy one) at every scored position besides the
-    target's log-probability (:class:`~dialscore_server.nll.projection.Alternatives`); /v1/nll
+    target's log-probability (:class:`~dialscore_server.nll.engine.projection.Alternatives`); /v1/nll
     items leave it 0.
     """
 
@@ -102,7 +102,7 @@ class NLLEncoder:
     # ----------------------------------------------------------------------------- formatting
     def format_parts(self, item: NLLItem) -> tuple[str, str]:
         """The item's source as (pinned knowledge text, truncatable history text); see
-        :meth:`~dialscore_server.nll.layout.SourceLayout.parts`. A raw `source` is all history."""
+        :meth:`~dialscore_server.nll.engine.layout.SourceLayout.parts`. A raw `source` is all history."""
         if item.source is not None:
             return "", item.source
         return self.layout.parts(item.context or (), item.knowledge)

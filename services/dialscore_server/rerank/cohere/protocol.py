@@ -6,7 +6,7 @@ The request is Cohere's v2 rerank body (``model``, ``query``, ``documents``, ``t
 ``relevance_score`` (highest first; ties keep the documents' order).
 
 * ``query`` is the dialogue so far, one turn per line, exactly as on TEI's POST /rerank (see
-  :func:`dialscore_server.rerank.engine.query_context`); each document is a candidate next turn
+  :func:`dialscore_server.rerank.engine.reranker.query_context`); each document is a candidate next turn
   by the speaker of the query's second-to-last line. At least two non-blank lines, else 422
   naming ``query`` (the candidates' speaker has no earlier turn to contradict).
 * ``relevance_score = 1 - contradiction_probability``: the largest probability, over the
@@ -29,10 +29,10 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field
 
-from dialscore_server.contradiction.pairing import Turn
+from dialscore_server.contradiction.engine.pairing import Turn
 from dialscore_server.contract.limits import Limits
 from dialscore_server.contract.schema import APIModel, Text, UnlimitedText, limited
-from dialscore_server.rerank.engine import QUERY_CANDIDATE_SPEAKER, RerankOutput, query_context
+from dialscore_server.rerank.engine.reranker import QUERY_CANDIDATE_SPEAKER, RerankOutput, query_context
 from dialscore_server.rerank.protocol import check_query_rerank
 
 

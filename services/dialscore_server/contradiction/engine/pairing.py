@@ -25,7 +25,7 @@ alternate and may have any number of speakers.
   is valid: ``probability`` 0.0, not a contradiction, no evidence, and no pair is classified.
 
 A pair probability is P(contradiction | premise, hypothesis) from a
-:class:`~dialscore_server.contradiction.classifier.PairClassifier`.
+:class:`~dialscore_server.contradiction.engine.classifier.PairClassifier`.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from dialscore_server.contract.backend import Backend
 from dialscore_server.contract.errors import error_responses
 from dialscore_server.contract.strict_json import StrictJSONRoute
 from dialscore_server.contract.timing_headers import set_reply_timing
-from dialscore_server.rerank.engine import require_candidate_turn
+from dialscore_server.rerank.engine.reranker import require_candidate_turn
 from dialscore_server.rerank.protocol import RerankRequest, RerankResponse, RerankUsage
 
 ERRORS = error_responses("invalid_request", "unknown_model", "payload_too_large", "overloaded",

@@ -15,7 +15,7 @@ Contract (spec section 1). For a source S and a target T whose scored tokens are
   Each distinct source of a batch is encoded once and reused for all of its targets.
 * **Truncation.** Sources that do not fit are shortened from the left as the format's
   ``truncation`` says (whole oldest turns by default, else oldest tokens; see
-  :mod:`~dialscore_server.nll.encoding`), the pinned knowledge sentence only when no history is
+  :mod:`~dialscore_server.nll.engine.encoding`), the pinned knowledge sentence only when no history is
   left. Targets are never cut: a target that alone does not fit raises :class:`TargetTooLongError`.
 * **Independence of batch composition.** Right padding, attention masks and position ids that
   restart at 0 for every row make an item's NLL the same alone or in any batch (float tolerance).
@@ -28,21 +28,21 @@ Contract (spec section 1). For a source S and a target T whose scored tokens are
   the prefix length; the attention mask is prefix mask + continuation mask). Encoder-decoder
   models encode each distinct source once. Callers change nothing; the numbers are those of plain
   scoring to float tolerance (tests/engines/test_prefix_reuse.py).
-  :class:`~dialscore_server.batching.BatchStats` counts the positions actually computed.
+  :class:`~dialscore_server.scheduling.planner.BatchStats` counts the positions actually computed.
 * **Numerics.** Forward passes under ``torch.inference_mode``; logits are projected only at target
   positions and log-softmaxed in float32 whatever the model's dtype. For bf16/fp16 models the
   vocabulary projection itself also runs in float32 (upcast final hidden state, float32 copy of the
   output embedding), so logits are not rounded to 8 or 11 mantissa bits.
 * **Alternatives.** An item encoded with ``top_k > 0`` (POST /v1/completions' prompts, see
-  :mod:`~dialscore_server.nll.completions`) also gets, at every scored position, its ``top_k``
+  :mod:`~dialscore_server.nll.completions.choices`) also gets, at every scored position, its ``top_k``
   most probable tokens from the same float32 log-softmax chunk; items without keep the plain
   projection, bit for bit.
 
 The engine is a plain Python object: it runs without Ray; the Serve deployment wraps it. Its
-parts: :mod:`~dialscore_server.nll.encoding` (items to token ids), :mod:`dialscore_server.batching`
-(which items share a pass, shared-prefix groups), :mod:`~dialscore_server.nll.forward` (the
-passes), :mod:`~dialscore_server.nll.prefix_cache` (the shared prefix's key/value cache) and
-:mod:`~dialscore_server.nll.projection` (float32 vocabulary projection).
+parts: :mod:`~dialscore_server.nll.engine.encoding` (items to token ids), :mod:`dialscore_server.scheduling.planner`
+(which items share a pass, shared-prefix groups), :mod:`~dialscore_server.nll.engine.forward` (the
+passes), :mod:`~dialscore_server.nll.engine.prefix_cache` (the shared prefix's key/value cache) and
+:mod:`~dialscore_server.nll.engine.projection` (float32 vocabulary projection).
 """
 
 from __future__ import annotations
@@ -53,15 +53,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dialscore.model_card import ModelCard
-from dialscore_server.batching import (
+from dialscore_server.scheduling.planner import (
     MIN_SHARED_PREFIX, BatchStats, SharedPrefixGroup, pack, share_prefixes,
 )
 from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_threads
 from dialscore_server.checkpoints.registry import ModelConfig
-from dialscore_server.interruption import CallGuard, LayerChecks, PassAbandoned
-from dialscore_server.nll.encoding import EncodedItem, NLLEncoder, NLLItem
-from dialscore_server.nll.forward import ForwardPasses
-from dialscore_server.nll.projection import (
+from dialscore_server.scheduling.cancellation import CallGuard, LayerChecks, PassAbandoned
+from dialscore_server.nll.engine.encoding import EncodedItem, NLLEncoder, NLLItem
+from dialscore_server.nll.engine.forward import ForwardPasses
+from dialscore_server.nll.engine.prompts import encode_prompt
+from dialscore_server.nll.engine.projection import (
     Alternatives, ScoredPosition, VocabularyProjection, default_projection_chunk,
 )
 
@@ -113,16 +114,16 @@ class NLLEngine:
         projection_chunk: target positions projected to the vocabulary at once (bounds the
             float32 logits buffer to chunk × vocab). Default (None): about 2^23 logits per chunk
             on CPU, 1024 positions on a GPU
-            (:func:`~dialscore_server.nll.projection.default_projection_chunk`).
+            (:func:`~dialscore_server.nll.engine.projection.default_projection_chunk`).
         prefix_reuse: compute shared work once. Decoder-only: items of one call whose token
             sequences start alike are grouped; each group's shared prefix runs once, its key/value
             cache is expanded across the group's continuations, and only continuation positions
-            are computed again (see :func:`~dialscore_server.batching.share_prefixes` for when a
+            are computed again (see :func:`~dialscore_server.scheduling.planner.share_prefixes` for when a
             group is formed). Encoder-decoder: each distinct source is encoded once. Off: every
             item computes its whole input (the numbers are the same either way, to float
             tolerance).
         min_shared_prefix: decoder-only prefix groups need at least this many shared tokens.
-        fast_kernels: apply :mod:`dialscore_server.nll.kernels` to the loaded model in place:
+        fast_kernels: apply :mod:`dialscore_server.nll.engine.kernels` to the loaded model in place:
             float32 linear layers through oneDNN where it measured faster than PyTorch's own
             route for the layer's shape on this CPU (about twice on the AVX-512 host, slower on
             AVX2-only ones; timed once per process), and GPT-2's five-op GELU as one kernel,
@@ -154,7 +155,7 @@ class NLLEngine:
         self.fast_kernels = fast_kernels
         self.kernels: dict[str, Any] = {}
         if fast_kernels:
-            from dialscore_server.nll import kernels
+            from dialscore_server.nll.engine import kernels
 
             # Timed at this engine's pass size: which route wins depends on the row count.
             self.kernels = kernels.optimize(self.model, rows=self.token_budget)
@@ -207,13 +208,13 @@ class NLLEngine:
     # ----------------------------------------------------------------------------- encoding
     def format_parts(self, item: NLLItem) -> tuple[str, str]:
         """The item's source as (pinned knowledge text, truncatable history text); see
-        :class:`~dialscore_server.nll.encoding.NLLEncoder`."""
+        :class:`~dialscore_server.nll.engine.encoding.NLLEncoder`."""
         return self.encoder.format_parts(item)
 
     def encode(self, item: NLLItem) -> EncodedItem:
         """Tokenize and truncate one item; raise
         :class:`~dialscore_server.contract.errors.InputError` if it cannot be scored; see
-        :class:`~dialscore_server.nll.encoding.NLLEncoder`."""
+        :class:`~dialscore_server.nll.engine.encoding.NLLEncoder`."""
         return self.encoder.encode(item)
 
     def positions(self, item: EncodedItem, after: EncodedItem | None = None) -> int:
@@ -241,7 +242,7 @@ class NLLEngine:
                       ) -> tuple[list[NLLResult | None], BatchStats]:
         """Score already encoded items in token-budget batches; results keep the input order.
 
-        With a `guard` over the items' indices (:mod:`dialscore_server.interruption`), whether an
+        With a `guard` over the items' indices (:mod:`dialscore_server.scheduling.cancellation`), whether an
         item is still wanted is asked before every forward pass and, through the model's layer
         checks, before every layer of a running one: items no longer wanted are left out of the
         passes not yet run and get None, every other item's numbers are the same as without, and
@@ -314,9 +315,7 @@ class NLLEngine:
 
     def encode_prompt(self, prompt: str | Sequence[int], append_next: bool, top_k: int
                       ) -> EncodedItem:
-        """A completions prompt as an item (see :mod:`dialscore_server.nll.completions`)."""
-        from dialscore_server.nll.completions import encode_prompt
-
+        """A completions prompt as an item (see :mod:`dialscore_server.nll.engine.prompts`)."""
         ids = self.encoder.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         return encode_prompt(ids, family=self.config.family, window=self.config.max_length,
                              vocab=self.model.get_input_embeddings().weight.shape[0],
@@ -356,7 +355,7 @@ class NLLEngine:
     def _plan_shared(self, groups: Sequence[SharedPrefixGroup]) -> list[list[SharedPrefixGroup]]:
         """Batches of prefix groups: their prefixes fill one prefix pass under the token budget
         (groups × longest prefix); their continuations then take as many passes as
-        :func:`~dialscore_server.batching.chunk_passes` cuts them into (each under the budget,
+        :func:`~dialscore_server.scheduling.planner.chunk_passes` cuts them into (each under the budget,
         similar lengths together). Groups are sorted by prefix length so prefix padding stays
         small. The batch's prefix cache (prefix tokens × layers × 2 × width numbers, at most one
         budget's worth) lives until its continuations are done. Large prefix passes matter: a

@@ -12,7 +12,7 @@ of a request (the next one is already queued when a call ends).
 When the request is cancelled (the client went away, or the gateway's deadline passed and it
 cancelled the call), its chunks not yet sent are never computed and its queued chunk is removed
 by Serve (``dropped``); a chunk whose engine call is running is marked ``cancelled``, and the
-engine stops computing it at its next forward pass or layer (:mod:`dialscore_server.interruption`).
+engine stops computing it at its next forward pass or layer (:mod:`dialscore_server.scheduling.cancellation`).
 Engine time spent on chunks cancelled by the end of their call is ``wasted`` (their answers are
 never delivered); the part of it that ran after the cancel is ``orphan``: time nobody waited for.
 :class:`WorkLedger` counts work in its unit and time in :class:`WorkStats` and the
@@ -33,7 +33,7 @@ from typing import Generic, Literal, TypeVar
 from dialscore_server import metrics
 from dialscore_server.contract.errors import ServiceError
 from dialscore_server.contract.reply import BatchReport, Reply
-from dialscore_server.interruption import CallGuard
+from dialscore_server.scheduling.cancellation import CallGuard
 
 __all__ = ["Chunk", "ChunkReplies", "EngineThread", "WorkLedger", "WorkStats", "abandoned_reply",
            "run_in_turn"]
@@ -104,7 +104,7 @@ class WorkLedger:
              ) -> tuple[R, float] | None:
         """One engine call for `chunks`: ``compute(guard)`` runs it, with a guard over the
         chunks' indices (a chunk is wanted until it is cancelled; see
-        :mod:`dialscore_server.interruption`), and the call is accounted (:meth:`_called`).
+        :mod:`dialscore_server.scheduling.cancellation`), and the call is accounted (:meth:`_called`).
         Returns its value and duration in seconds, or None without calling the engine when every
         chunk is already cancelled (nobody waits for any of them)."""
         if all(c.cancelled for c in chunks):

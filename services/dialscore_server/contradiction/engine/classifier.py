@@ -13,7 +13,7 @@ hypothesis) for batches of pairs (spec section 3).
   left after the premise keeps ``min(len(premise), half the room)`` tokens. So the utterance under
   test survives whole except when it is longer than half the window.
 * **Batching.** One call sorts its pairs by length and packs them into right-padded forward passes
-  under a token budget (rows × longest row, :func:`~dialscore_server.batching.pack`); identical
+  under a token budget (rows × longest row, :func:`~dialscore_server.scheduling.planner.pack`); identical
   pairs are classified once. A pair's probability does not depend on what it is batched with (up
   to float rounding).
 
@@ -28,10 +28,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from dialscore_server.batching import BatchStats, pack
+from dialscore_server.scheduling.planner import BatchStats, pack
 from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_threads
 from dialscore_server.checkpoints.registry import ModelConfig
-from dialscore_server.interruption import CallGuard, LayerChecks, PassAbandoned
+from dialscore_server.scheduling.cancellation import CallGuard, LayerChecks, PassAbandoned
 
 #: Padded tokens per classifier forward pass when none is given (serving.token_budget overrides).
 DEFAULT_TOKEN_BUDGET = 4096
@@ -47,7 +47,7 @@ class PairClassifier(Protocol):
 
     ``contradiction_probs(pairs)[k]`` is P(contradiction | premise_k, hypothesis_k) in [0, 1], in
     the order of `pairs`. It must not depend on which other pairs share the call. With a `guard`
-    over the pairs' indices (:mod:`dialscore_server.interruption`), a classifier may leave out
+    over the pairs' indices (:mod:`dialscore_server.scheduling.cancellation`), a classifier may leave out
     pairs no longer wanted and give them NaN; it may also ignore the guard.
     """
 
@@ -252,7 +252,7 @@ class NLIPairClassifier:
                          ) -> PairScores:
         """Classify encoded rows in token-budget batches; identical rows are computed once.
 
-        With a `guard` over the pairs' indices (:mod:`dialscore_server.interruption`), whether a
+        With a `guard` over the pairs' indices (:mod:`dialscore_server.scheduling.cancellation`), whether a
         pair is still wanted is asked before every pass and before every layer of a running one:
         a row none of whose pairs is wanted any more is left out of the passes not yet run and
         its pairs get NaN probabilities; the guard's clock gets each pair's share of the pass

@@ -11,9 +11,9 @@ from dialscore_server.contract.errors import InputError, error_responses
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contract.strict_json import StrictJSONRoute
 from dialscore_server.contract.timing_headers import set_reply_timing
-from dialscore_server.nll.api_router import record_batch
-from dialscore_server.nll.completions import Completed
-from dialscore_server.nll.completions_protocol import (
+from dialscore_server.nll.router import record_batch
+from dialscore_server.nll.completions.choices import Completed
+from dialscore_server.nll.completions.protocol import (
     MAX_LOGPROBS, CompletionRequest, CompletionResponse,
 )
 
