@@ -37,11 +37,14 @@ Kind = Literal["counter", "gauge", "histogram"]
 
 
 def _in_serve_replica() -> bool:
+    from ray import serve
+    from ray.serve.exceptions import RayServeException
+
     try:
-        from ray.serve import context
-    except ImportError:  # pragma: no cover - the server always has Ray
+        serve.get_replica_context()
+    except RayServeException:
         return False
-    return context._get_internal_replica_context() is not None
+    return True
 
 
 _RAY_WORKER = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from dialscore_server import compat
 from dialscore_server.contract.errors import ServiceError
 
 logger = logging.getLogger("dialscore.gateway")
@@ -34,12 +35,13 @@ async def answer(pending, timeout: float, queue_timeout: float | None):
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    # Ray 2.60's DeploymentResponse resolves this once a replica has accepted the request;
-    # without it (another Ray), the single deadline applies.
-    assigned = getattr(pending, "_fetch_future_result_async", None)
-    if assigned is not None and queue_timeout is not None and queue_timeout < timeout:
+    if queue_timeout is not None and queue_timeout < timeout:
+        assigned = compat.replica_accepted(pending)
+    else:
+        assigned = None
+    if assigned is not None:
         try:
-            await asyncio.wait_for(asyncio.shield(assigned()), queue_timeout)
+            await asyncio.wait_for(asyncio.shield(assigned), queue_timeout)
         except TimeoutError:
             cancel(pending)
             raise ServiceError(
