@@ -1,6 +1,7 @@
-"""The one fake of the dialscore API, for client, probe and evaluation tests: the server's own
-FastAPI app, routers, protocol schemas, serving layers, rerank deployment and gateway backend,
-run in-process over fake engines. No model, no Ray, no socket.
+"""The dialscore API in-process over fake engines, for server-side tests: the server's own
+FastAPI app, routers, protocol schemas, servings (scheduling layer included), rerank serving and
+gateway backend (:class:`~dialscore_server.gateway.backend.ModelDirectory`). No model, no Ray, no
+socket.
 
 Only the engines are fake (:class:`FakeNLLEngine`, :class:`FakeDetector`); every request and
 response goes through the real validation, limits, error mapping and serialization, so the fake
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import inspect
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -39,13 +39,15 @@ from dialscore_server.contract.limits import Limits
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contradiction.engine.engine import ContradictionDetector
 from dialscore_server.contradiction.serving import ContradictionServing
+from dialscore_server.contract.reply import Reply
 from dialscore_server.gateway.app import create_app
-from dialscore_server.gateway.deployment import HandleBackend
-from dialscore_server.scheduling.cancellation import CallGuard
+from dialscore_server.gateway.backend import ModelDirectory
+from dialscore_server.nll.completions.serving import CompletionCall, Completed
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine.engine import NLLResult
-from dialscore_server.nll.serving import NLLServing
-from dialscore_server.rerank.deployment import RerankDeployment
+from dialscore_server.nll.serving import NLLServing, Scored
+from dialscore_server.rerank.serving import RerankServing
+from dialscore_server.scheduling.cancellation import CallGuard
 
 #: The default models: a causal model with its own "why" turn, a seq2seq model whose card has no
 #: format (an older server) and a field this client does not know (a newer one), a classifier.
@@ -175,28 +177,25 @@ class FakeDetector(ContradictionDetector):
         return self._card
 
 
-class LocalHandle:
-    """Stands in for a Serve DeploymentHandle in-process: ``handle.method.remote(*args)``
-    schedules ``target.method(*args)`` on the running loop and returns the task. `hook(method,
-    args)` runs first (counting, or raising a ServiceError to play a failing deployment)."""
+class WatchedNLL:
+    """An in-process NLL service that runs `hook(items)` before each scoring request (counting,
+    or raising a ServiceError to play a failing deployment), then its serving's answer."""
 
-    def __init__(self, target: Any, hook: Callable[[str, tuple], None] | None = None):
-        self._target, self._hook = target, hook
+    def __init__(self, serving: NLLServing, hook: Callable[[Sequence[NLLItem]], None]):
+        self.serving, self.hook = serving, hook
 
-    def __getattr__(self, method: str) -> Any:
-        fn, hook = getattr(self._target, method), self._hook
+    async def score(self, items: Sequence[NLLItem], return_tokens: bool = False) -> Reply[Scored]:
+        try:
+            self.hook(items)
+        except ServiceError as exc:
+            return Reply(error=exc)
+        return await self.serving.score(items, return_tokens)
 
-        class _Method:
-            @staticmethod
-            def remote(*args: Any) -> asyncio.Future:
-                async def run() -> Any:
-                    if hook is not None:
-                        hook(method, args)
-                    out = fn(*args)
-                    return await out if inspect.isawaitable(out) else out
-                return asyncio.ensure_future(run())
+    async def complete(self, call: CompletionCall) -> Reply[Completed]:
+        return await self.serving.complete(call)
 
-        return _Method
+    async def card(self) -> ModelCard:
+        return await self.serving.card()
 
 
 class _Transport(httpx.BaseTransport, httpx.AsyncBaseTransport):
@@ -269,23 +268,22 @@ class FakeAPI:
         self.max_request_items = 0
         self.paths: list[str] = []  # every request's path, in order
         self.bodies: dict[str, list[Any]] = {}  # path -> every JSON body POSTed there, in order
-        nll, classifiers = {}, {}
+        nll: dict[str, WatchedNLL] = {}
+        classifiers: dict[str, ContradictionServing] = {}
         for card in self.cards:
             if card.family == "classifier":
-                classifiers[card.name] = LocalHandle(ContradictionServing(FakeDetector(card, classifier), 4096))
+                classifiers[card.name] = ContradictionServing(FakeDetector(card, classifier),
+                                                              max_batch_pairs=4096)
             else:
-                engine = FakeNLLEngine(card, scorer)
-                nll[card.name] = LocalHandle(NLLServing(engine, 8192), self._hook(card.name))
-        reranker = LocalHandle(RerankDeployment.func_or_class(classifiers, nll)) if classifiers else None
-        self.backend = HandleBackend(nll, classifiers, reranker, limits=limits or Limits(),
-                                     request_timeout_s=60.0, queue_timeout_s=None, token=token)
+                serving = NLLServing(FakeNLLEngine(card, scorer), max_batch_tokens=8192)
+                nll[card.name] = WatchedNLL(serving, self._hook(card.name))
+        reranker = RerankServing(classifiers, nll) if classifiers else None
+        self.backend = ModelDirectory(nll, classifiers, reranker, limits=limits or Limits(),
+                                      token=token)
         self.app = create_app(self.backend)
 
-    def _hook(self, model: str) -> Callable[[str, tuple], None]:
-        def hook(method: str, args: tuple) -> None:
-            if method != "score":
-                return
-            items = args[0]
+    def _hook(self, model: str) -> Callable[[Sequence[NLLItem]], None]:
+        def hook(items: Sequence[NLLItem]) -> None:
             with self.lock:
                 if self.fail_after is not None and self.nll_requests >= self.fail_after:
                     raise ServiceError("overloaded", "going down", retry_after=0)

@@ -1,69 +1,83 @@
-"""Test helpers for chunked serving without Ray: a runner that merges waiting chunks as
-``@serve.batch`` does, and cancelling a request while its first chunk runs."""
+"""Test helpers for chunked serving without Ray: a runner whose engine calls the test drives, and
+waiting for a condition on the event loop without racing a clock."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import pytest
+
+#: A hang guard, not a speed requirement: a condition that does not hold within this long means
+#: the code under test is stuck.
+HANG_S = 60.0
+
+
+async def until(condition: Callable[[], bool], what: str, limit_s: float = HANG_S) -> None:
+    """Yield to the event loop until `condition()` holds; fail naming `what` if it never does."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while not condition():
+        if loop.time() > deadline:
+            pytest.fail(f"{what}: not within {limit_s:.0f} s (stuck)")
+        await asyncio.sleep(0.001)
+
 
 class MergingRunner:
-    """A runner (``runner=`` of a serving's request method) that, every 10 ms, hands whatever is
-    waiting to `run` in one call, as ``@serve.batch`` merges a replica's queue. `order` records
-    each call's chunk costs."""
+    """A runner factory (``runner=`` of a serving) whose engine calls happen when the test says:
+    chunks wait in :attr:`queue` until :meth:`step` hands everything waiting to one engine call,
+    as ``@serve.batch`` merges a replica's queue. :attr:`order` records each call's chunk costs;
+    :attr:`arrived` each chunk's cost in the order chunks reached the queue."""
 
-    def __init__(self, run: Callable[[Sequence[Any]], Sequence[Any]]):
-        self.run = run
+    def __init__(self) -> None:
+        self.call: Callable[[Sequence[Any]], Awaitable[list[Any]]] | None = None
         self.queue: list[tuple[Any, asyncio.Future]] = []
         self.order: list[list[int]] = []
+        self.arrived: list[int] = []
+        self.on_arrival: Callable[[Any], None] | None = None
 
-    async def __call__(self, work: Any) -> Any:
+    def __call__(self, call: Callable[[Sequence[Any]], Awaitable[list[Any]]]):
+        self.call = call
+        return self._enqueue
+
+    async def _enqueue(self, chunk: Any) -> Any:
         fut = asyncio.get_running_loop().create_future()
-        self.queue.append((work, fut))
+        self.queue.append((chunk, fut))
+        self.arrived.append(chunk.cost)
+        if self.on_arrival is not None:
+            self.on_arrival(chunk)
         return await fut
 
-    async def serve(self, rounds: int = 50, window_s: float | None = None) -> None:
-        """Merge and run what is waiting, `rounds` times (cancel the task to stop earlier): every
-        10 ms, or with `window_s`, as ``@serve.batch`` does: `window_s` after the first chunk
-        reaches an empty queue."""
-        for _ in range(rounds):
-            if window_s is None:
-                await asyncio.sleep(0.01)
-            else:
-                while not self.queue:
-                    await asyncio.sleep(0.001)
-                await asyncio.sleep(window_s)
-            if self.queue:
-                batch, self.queue = self.queue[:], []
-                self.order.append([w.cost for w, _ in batch])
-                for (_, fut), reply in zip(batch, self.run([w for w, _ in batch])):
-                    fut.set_result(reply)
+    def live(self) -> int:
+        """Chunks waiting whose requests still wait for them."""
+        return sum(not f.cancelled() for _, f in self.queue)
 
+    async def step(self) -> None:
+        """One engine call for every chunk waiting now (cancelled ones are left out, as Serve
+        drops a cancelled request from its queue)."""
+        assert self.call is not None, "the runner was never given to a serving"
+        batch = [(c, f) for c, f in self.queue if not f.cancelled()]
+        self.queue = []
+        if not batch:
+            return
+        self.order.append([c.cost for c, _ in batch])
+        for (_, fut), outcome in zip(batch, await self.call([c for c, _ in batch])):
+            if not fut.done():
+                fut.set_result(outcome)
 
-async def cancel_while_first_chunk_runs(request: Awaitable[Any], calls: list[Any],
-                                        release: threading.Event) -> None:
-    """Start `request`, cancel it once the engine has been called (`calls` not empty; the call
-    blocks until `release`), then let the running chunk finish."""
-    import pytest
-
-    task = asyncio.ensure_future(request)
-    while not calls:
-        await asyncio.sleep(0.01)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    release.set()
-    await asyncio.sleep(0.2)
+    async def drain(self, task: asyncio.Future) -> None:
+        """Step whenever a chunk waits, until `task` is done."""
+        while not task.done():
+            await until(lambda: self.live() or task.done(), "a chunk or the end of the request")
+            await self.step()
 
 
 def assert_only_the_running_chunk_was_wasted(stats: dict, wasted: int, dropped: int) -> None:
-    """The ledger after :func:`cancel_while_first_chunk_runs`: the running chunk (`wasted` in
-    the ledger's unit) was finished for nobody, the rest (`dropped`) never computed, nothing is
-    in flight, all engine time went to the cancelled chunk and part of it ran after the cancel."""
-    import pytest
-
+    """The ledger after a request was cancelled while its first chunk's engine call ran: the
+    running chunk (`wasted` in the ledger's unit) was finished for nobody, the rest (`dropped`)
+    never computed, nothing is in flight, all engine time went to the cancelled chunk and part
+    of it ran after the cancel."""
     assert stats["wasted"] == wasted and stats["dropped"] == dropped
     assert stats["done"] == 0 and stats["in_flight"] == 0
     assert stats["wasted_s"] == pytest.approx(stats["busy_s"])

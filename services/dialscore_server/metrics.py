@@ -12,9 +12,11 @@
   scrape, so it is the whole story only with one gateway replica (the local default); on a
   cluster it is a debugging view of one replica, never a total.
 
-The gateway records every metric here, including the batch figures that model replicas measure
-and send back with the first request of each engine call (so each call is counted exactly once,
-by whichever gateway replica received that request).
+Each metric is recorded where it is measured: requests, errors, latency, queue length and body
+deadlines in the gateway (so ``GET /metrics`` shows them); items, tokens, batch figures and the
+work ledger in the model replica that computed them (``dialscore_server.scheduling``), exported
+only through Ray's metrics agent. Ray estimates an exported histogram's ``_sum`` from its
+buckets; its counts and the counters are exact.
 """
 
 from __future__ import annotations
@@ -207,6 +209,9 @@ WORK_IN_FLIGHT = Metric(
     "gauge", "dialscore_work_in_flight",
     "Work admitted on a model replica and not yet computed or dropped, in `unit` (pairs).",
     ["model", "unit"])
+WORK_ADMITTED = Metric("counter", "dialscore_work_admitted_total",
+                       "Work admitted on a model replica (validated, cut into chunks), in `unit`; "
+                       "admitted = done + abandoned + in flight.", ["model", "unit"])
 WORK_DONE = Metric("counter", "dialscore_work_done_total",
                    "Work computed on a model replica for a request still waiting, in `unit`.",
                    ["model", "unit"])
@@ -225,4 +230,4 @@ WORK_SECONDS = Metric(
 #: Every metric, for the dashboard test and documentation.
 ALL: tuple[Metric, ...] = (REQUESTS, ERRORS, LATENCY, ITEMS, TOKENS, BATCH_SIZE, BATCH_REQUESTS,
                            BATCH_TOKENS, PADDING_WASTE, REUSED_TOKENS, IN_FLIGHT, SLOW_CLIENTS, WORK_IN_FLIGHT,
-                           WORK_DONE, WORK_ABANDONED, WORK_SECONDS)
+                           WORK_ADMITTED, WORK_DONE, WORK_ABANDONED, WORK_SECONDS)

@@ -1,34 +1,70 @@
-"""Requests tokenized at the same time meet the engine together (dialscore_server.scheduling.arrivals): a
-request that finishes tokenizing waits for the ones already being tokenized, at most as long as
-its own tokenizing took, so concurrent requests share one engine call instead of the first
-running alone."""
+"""Requests admitted at the same time meet the engine together
+(dialscore_server.scheduling.arrivals): a request that finishes admission waits for the ones
+already being admitted, at most as long as its own admission took, so concurrent requests share
+one engine call instead of the first running alone.
+
+Admissions are held by gates the test opens, and "how long an admission took" comes from a clock
+the test sets, so no outcome depends on how fast the machine is.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
+
+import pytest
 
 from dialscore.model_card import ModelCard
-from dialscore_server.scheduling.arrivals import Arrivals
 from dialscore_server.nll.engine.encoding import NLLItem
 from dialscore_server.nll.serving import NLLServing
+from dialscore_server.scheduling.arrivals import Arrivals
 from fake_api import FakeNLLEngine
-from merging_runner import MergingRunner
+from merging_runner import MergingRunner, until
 
 CARD = ModelCard(name="fake-gpt", family="causal", source="fake", revision=None, max_length=1024,
                  dtype="float32", device="cpu", stand_in=True)
 
+#: What an admission "took" by the test's clock: far longer than anything the test waits for.
+LONG_S = 3600.0
 
-class SlowTokenizer(FakeNLLEngine):
-    """The fake engine, taking `seconds_per_item` to encode an item (tokenizing is CPU work off
-    the event loop; a sleep stands for it)."""
 
-    def __init__(self, seconds_per_item: float):
+class Clock:
+    """A clock each gated admission advances by its `took` seconds when it finishes."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Gate:
+    """An admission held until the test opens it; it then advances `clock` by `took`."""
+
+    def __init__(self, clock: Clock, took: float, value: object = None):
+        self.clock, self.took, self.value = clock, took, value
+        self.open = threading.Event()
+        self.done = threading.Event()
+
+    def __call__(self):
+        assert self.open.wait(60), "the test never opened the gate"
+        self.clock.now += self.took
+        self.done.set()
+        return self.value() if callable(self.value) else self.value
+
+
+class GatedTokenizer(FakeNLLEngine):
+    """The fake engine, whose `encode` waits at the gate of the item's context (tokenizing is
+    CPU work off the event loop; the gate stands for it)."""
+
+    def __init__(self, gates: dict[str, Gate]):
         super().__init__(CARD)
-        self.seconds_per_item = seconds_per_item
+        self.gates = gates
 
     def encode(self, item):
-        time.sleep(self.seconds_per_item)
+        gate = self.gates[item.context[0].split()[0]]
+        if not gate.done.is_set():
+            gate()
         return super().encode(item)
 
 
@@ -37,66 +73,75 @@ def items(n: int, tag: str) -> list[NLLItem]:
 
 
 def test_concurrent_requests_share_the_first_engine_call():
-    """A tokenizes for 0.3 s; B starts 20 ms after A and tokenizes for 0.4 s, so it finishes about
-    0.12 s after A, far outside the runner's 40 ms batch window. Without the wait A's chunk would
-    run alone; with it, A waits for B (at most its own 0.3 s) and both ride in the first call.
-    The margins are a tenth of a second either way, so a loaded machine does not flip it."""
-    serving = NLLServing(SlowTokenizer(0.1), max_batch_tokens=8192)
-    runner = MergingRunner(serving.run)
+    """A and B are admitted at the same time; A finishes first, while B is still being
+    tokenized. A's chunk must not reach the engine's queue before B's admission ends (else A's
+    chunk would run alone), and both then ride in one engine call."""
+    clock = Clock()
+    gates = {"a": Gate(clock, LONG_S), "b": Gate(clock, LONG_S)}
+    runner = MergingRunner()
+    serving = NLLServing(GatedTokenizer(gates), max_batch_tokens=8192, runner=runner)
+    serving.chunks.arrivals = Arrivals(clock)
+    b_admitted_at_arrival: dict[int, bool] = {}
+    runner.on_arrival = lambda chunk: b_admitted_at_arrival.setdefault(
+        len(b_admitted_at_arrival), gates["b"].done.is_set())
 
     async def go():
-        batches = asyncio.create_task(runner.serve(window_s=0.04))
-        a = asyncio.create_task(serving.score(items(3, "a"), runner=runner))
-        await asyncio.sleep(0.02)
-        b = asyncio.create_task(serving.score(items(4, "b"), runner=runner))
-        replies = await asyncio.gather(a, b)
-        batches.cancel()
-        return replies
+        a = asyncio.ensure_future(serving.score(items(3, "a")))
+        b = asyncio.ensure_future(serving.score(items(4, "b")))
+        gates["a"].open.set()
+        await until(lambda: runner.live() or serving.chunks.arrivals.waiting,
+                    "A's chunk queued, or A waiting for B")
+        assert serving.chunks.arrivals.waiting == 1 and runner.live() == 0
+        gates["b"].open.set()
+        await until(lambda: runner.live() == 2, "both chunks queued")
+        await runner.step()
+        return await asyncio.gather(a, b)
 
     a, b = asyncio.run(go())
     assert len(a.unwrap().results) == 3 and len(b.unwrap().results) == 4
-    assert len(runner.order[0]) == 2, runner.order  # one chunk of each request in the first call
-    # A's wait for B (about 0.12 s) is reported as queue time, beside the 40 ms batch window
-    assert a.queue_s >= 0.1, a.queue_s
+    assert len(runner.order) == 1 and len(runner.order[0]) == 2, runner.order
+    assert b_admitted_at_arrival == {0: True, 1: True}  # no chunk was queued before B's admission
+    assert a.queue_s > 0  # A's wait for B is reported as queue time
 
 
-def test_the_wait_is_bounded_by_the_request_s_own_tokenizing():
-    """A request never waits longer than its own tokenizing took, however long the others take,
-    and never for requests that started tokenizing after it finished."""
-    arrivals = Arrivals()
+def test_the_wait_is_bounded_by_the_request_s_own_admission():
+    """A request never waits longer than its own admission took, however long the others take,
+    and never for admissions that started after it finished."""
+    clock = Clock()
+    arrivals = Arrivals(clock)
+    slow = Gate(clock, 0.0)  # never opened until the end: an admission that takes "forever"
+    quick = Gate(clock, 0.001)
 
     async def go():
-        slow = asyncio.create_task(arrivals.admit(lambda: time.sleep(1.0)))
-        await asyncio.sleep(0.01)
-        _, took, waited = await arrivals.admit(lambda: time.sleep(0.05))
-        assert not slow.done()
-        assert 0.03 <= waited <= took + 0.1
-        _, _, alone = await arrivals.admit(lambda: None)  # `slow` is still tokenizing...
-        await slow
-        return alone
+        slow_task = asyncio.ensure_future(arrivals.admit(slow))
+        await until(lambda: arrivals.admitting, "the slow admission under way")
+        quick.open.set()
+        _, took, waited = await arrivals.admit(quick)  # bounded by its own 1 ms
+        assert not slow_task.done() and took == pytest.approx(0.001)
+        alone_value, _, alone_waited = await arrivals.admit(lambda: "x")  # took 0: no wait
+        assert alone_value == "x" and alone_waited == 0.0
+        slow.open.set()
+        await slow_task
 
-    alone = asyncio.run(go())
-    assert alone < 0.1  # ...but it waited at most its own (near zero) tokenizing time
+    asyncio.run(go())
 
 
-def test_a_tokenizing_error_is_raised_without_waiting():
-    arrivals = Arrivals()
+def test_an_admission_error_is_raised_without_waiting():
+    clock = Clock()
+    arrivals = Arrivals(clock)
+    slow = Gate(clock, 0.0)
 
     def bad():
+        clock.now += LONG_S  # would wait up to an hour if errors waited
         raise ValueError("items[0].target is empty")
 
     async def go():
-        slow = asyncio.create_task(arrivals.admit(lambda: time.sleep(0.5)))
-        await asyncio.sleep(0.01)
-        start = time.perf_counter()
-        try:
+        slow_task = asyncio.ensure_future(arrivals.admit(slow))
+        await until(lambda: arrivals.admitting, "the slow admission under way")
+        with pytest.raises(ValueError, match="target is empty"):
             await arrivals.admit(bad)
-        except ValueError:
-            pass
-        else:
-            raise AssertionError("the error was swallowed")
-        elapsed = time.perf_counter() - start
-        await slow
-        return elapsed
+        assert not slow_task.done()  # the error came back while the other was still admitted
+        slow.open.set()
+        await slow_task
 
-    assert asyncio.run(go()) < 0.2
+    asyncio.run(go())

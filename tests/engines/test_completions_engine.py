@@ -16,7 +16,7 @@ import torch
 from dialscore_server.checkpoints.loading import load_model
 from dialscore_server.checkpoints.standins import reinit_
 from dialscore_server.contract.errors import InputError
-from dialscore_server.nll.completions.choices import build_choice
+from dialscore_server.nll.completions.serving import CompletionCall, build_choice
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.engine.projection import ScoredPosition
@@ -105,7 +105,8 @@ def test_choice_echo_layout_and_offsets(engine):
     text = "Hello world, how are you"
     item = engine.encode_prompt(text, append_next=True, top_k=2)
     (r,), _ = engine.score_encoded([item])
-    c = build_choice(text, item, r, echo=True, generate=True, logprobs=2, decoder=engine)
+    call = CompletionCall([text], ["prompt"], echo=True, generate=True, logprobs=2)
+    c = build_choice(text, item, r, call=call, decoder=engine)
     ids = engine.encoder.tokenize(text)
     lp = c.logprobs
     assert lp is not None and len(lp.tokens) == len(ids) + 1

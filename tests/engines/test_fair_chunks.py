@@ -1,19 +1,20 @@
 """ContradictionServing without Ray: how a job is cut into chunks, that chunks of concurrent
 requests are interleaved by a batching runner, and the accounting of work done, dropped and
-wasted when a request is cancelled."""
+wasted when a request is cancelled. Engine calls happen when the test says (a gated classifier, a
+runner the test steps): nothing here depends on how fast the machine is."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 
+import pytest
+
 from dialscore.model_card import ModelCard
 from dialscore_server.contradiction.engine.engine import ContradictionDetector
 from dialscore_server.contradiction.engine.pairing import DetectionJob, Turn
 from dialscore_server.contradiction.serving import ContradictionServing, chunk_job
-from merging_runner import (
-    MergingRunner, assert_only_the_running_chunk_was_wasted, cancel_while_first_chunk_runs,
-)
+from merging_runner import MergingRunner, assert_only_the_running_chunk_was_wasted, until
 
 
 def dialogue(pairs: int) -> list[Turn]:
@@ -21,19 +22,20 @@ def dialogue(pairs: int) -> list[Turn]:
     return [Turn(1, f"t{j}") for j in range(pairs)] + [Turn(1, "last")]
 
 
-class SlowDetector:
-    """A real ContradictionDetector over a fake classifier that records each call's pairs."""
+class GatedDetector:
+    """A real ContradictionDetector over a fake classifier that records each call's pairs; with
+    `gated`, each call waits until the test sets :attr:`release`."""
 
-    def __init__(self, delay: float = 0.0):
+    def __init__(self, gated: bool = False):
         self.calls: list[int] = []
-        self.delay = delay
         self.release = threading.Event()
+        if not gated:
+            self.release.set()
         self.detector = ContradictionDetector(classifier=self._probs)
 
     def _probs(self, pairs):
         self.calls.append(len(pairs))
-        if self.delay:
-            self.release.wait(self.delay)
+        assert self.release.wait(60), "the test never released the engine"
         return [0.1] * len(pairs)
 
     def detect_many(self, jobs, guard=None):
@@ -56,45 +58,55 @@ def test_chunks_hold_whole_dialogues_in_order():
 
 
 def test_results_equal_an_unchunked_run_and_every_pair_is_counted_done():
-    engine = SlowDetector()
+    engine = GatedDetector()
     serving = ContradictionServing(engine, max_batch_pairs=4096, chunk_pairs=16)
     job = DetectionJob([dialogue(n) for n in (3, 20, 7, 9, 1)])
     reply = asyncio.run(serving.detect(job))
     assert reply.value == engine.detect_many([job])[0]
     assert engine.calls[:4] == [3, 20, 16, 1]   # chunks: [3], [20], [7, 9], [1]
-    stats = serving.ledger.stats.snapshot()
+    stats = serving.chunks.ledger.stats.snapshot()
     assert stats["done"] == 40 and stats["in_flight"] == 0 and stats["chunks"] == 4
 
 
 def test_a_cancelled_request_drops_its_remaining_chunks():
-    engine = SlowDetector(delay=5.0)
+    engine = GatedDetector(gated=True)
     serving = ContradictionServing(engine, max_batch_pairs=4096, chunk_pairs=10)
     job = DetectionJob([dialogue(10) for _ in range(6)])
 
-    asyncio.run(cancel_while_first_chunk_runs(serving.detect(job), engine.calls, engine.release))
-    stats = serving.ledger.stats.snapshot()
+    async def go():
+        request = asyncio.ensure_future(serving.detect(job))
+        await until(lambda: engine.calls, "the first engine call")
+        request.cancel()  # the client left while its first chunk runs
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        engine.release.set()
+        await until(lambda: serving.chunks.ledger.stats.snapshot()["calls"] == 1, "the call's end")
+
+    asyncio.run(go())
     assert engine.calls == [10]
-    assert_only_the_running_chunk_was_wasted(stats, wasted=10, dropped=50)
+    assert_only_the_running_chunk_was_wasted(serving.chunks.ledger.stats.snapshot(), wasted=10, dropped=50)
 
 
 def test_a_batching_runner_interleaves_chunks_of_concurrent_requests():
     """With a runner that merges what is waiting (as @serve.batch does), a small request sent
     after a large one is in the second engine call, not after all of the large one's."""
-    serving = ContradictionServing(SlowDetector(), max_batch_pairs=4096, chunk_pairs=10)
-    runner = MergingRunner(serving.run)
+    runner = MergingRunner()
+    serving = ContradictionServing(GatedDetector(), max_batch_pairs=4096, chunk_pairs=10,
+                                   runner=runner)
 
     async def go():
-        large = asyncio.create_task(serving.detect(DetectionJob([dialogue(10)] * 8), runner))
-        b = asyncio.create_task(runner.serve())
-        await asyncio.sleep(0.015)
-        small = await serving.detect(DetectionJob([dialogue(1)]), runner)
-        assert small.value is not None and not large.done()
-        await large
-        b.cancel()
+        large = asyncio.ensure_future(serving.detect(DetectionJob([dialogue(10)] * 8)))
+        await until(lambda: runner.live() == 1, "the large request's first chunk")
+        await runner.step()  # the large request's first call; its second chunk is queued
+        small = asyncio.ensure_future(serving.detect(DetectionJob([dialogue(1)])))
+        await until(lambda: runner.live() == 2, "the small request beside the large one's chunk")
+        await runner.step()
+        await until(small.done, "the small request's answer")
+        assert small.result().value is not None and not large.done()
+        await runner.drain(large)
+        assert large.result().value is not None
 
     asyncio.run(go())
     order = runner.order
-    # the small request's single pair rides in an early engine call beside one large chunk
-    first_with_small = next(i for i, b in enumerate(order) if 1 in b)
-    assert first_with_small <= 2 and len(order) >= 8
+    assert order[:2] == [[10], [10, 1]] and len(order) == 8
     assert all(b.count(10) <= 1 for b in order)  # one chunk per request per call

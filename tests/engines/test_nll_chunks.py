@@ -1,7 +1,8 @@
 """NLLServing without Ray: a request is cut into token-sized chunks of whole items (a context's
 items kept together where a cut can move), chunked scoring gives the numbers of one engine call,
 chunks of concurrent requests are interleaved by a batching runner, and a cancelled request's
-remaining chunks are dropped."""
+remaining chunks are dropped. Engine calls happen when the test says (a gated engine, a runner the
+test steps): nothing here depends on how fast the machine is."""
 
 from __future__ import annotations
 
@@ -18,9 +19,7 @@ from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.serving import NLLServing, chunk_items
 from fake_api import FakeNLLEngine
-from merging_runner import (
-    MergingRunner, assert_only_the_running_chunk_was_wasted, cancel_while_first_chunk_runs,
-)
+from merging_runner import MergingRunner, assert_only_the_running_chunk_was_wasted, until
 
 
 def item(source: int, cost: int) -> EncodedItem:
@@ -31,7 +30,7 @@ def item(source: int, cost: int) -> EncodedItem:
 def test_chunks_hold_whole_items_in_order_within_the_budget():
     rng = random.Random(0)
     items = [item(rng.randrange(5), rng.randrange(2, 40)) for _ in range(300)]
-    runs = chunk_items(items, 100)
+    runs = [run for run, _ in chunk_items(items, 100)]
     assert [e for run in runs for e in run] == items
     assert all(sum(e.cost for e in run) <= 100 for run in runs)
     assert all(runs)
@@ -41,13 +40,13 @@ def test_a_cut_moves_back_to_keep_a_context_together():
     # 8 items of source 1 (80 tokens), then 3 of source 2 (30 tokens), then source 2 again:
     # the cut falls after source 1, not inside source 2's group.
     items = [item(1, 10)] * 8 + [item(2, 10)] * 3 + [item(2, 10)]
-    runs = chunk_items(items, 100)
+    runs = [run for run, _ in chunk_items(items, 100)]
     assert [len(r) for r in runs] == [8, 4]
     # A cut far from the change of source (under 3/4 of the budget) is not moved.
     items = [item(1, 10)] * 2 + [item(2, 10)] * 12
-    assert [len(r) for r in chunk_items(items, 100)] == [10, 4]
+    assert [len(r) for r, _ in chunk_items(items, 100)] == [10, 4]
     # A single item larger than the budget is a chunk of its own.
-    assert [len(r) for r in chunk_items([item(1, 10), item(2, 300), item(3, 10)], 100)] == [1, 1, 1]
+    assert [len(r) for r, _ in chunk_items([item(1, 10), item(2, 300), item(3, 10)], 100)] == [1, 1, 1]
 
 
 def shared_source(item: EncodedItem, after: EncodedItem | None) -> int:
@@ -59,14 +58,14 @@ def test_chunks_count_a_repeated_source_once():
     # 3 contexts of 8 items, 40-token sources and 5-token targets: 360 tokens per context, but
     # 75 positions computed (the source once, then 8 targets).
     items = [EncodedItem((c,) * 40, (9,) * 5, False) for c in range(3) for _ in range(8)]
-    assert [len(r) for r in chunk_items(items, 200)] == [4] * 6  # 45 tokens each
-    runs = chunk_items(items, 200, shared_source)
+    assert [len(r) for r, _ in chunk_items(items, 200)] == [4] * 6  # 45 tokens each
+    costed = chunk_items(items, 200, shared_source)
+    runs = [r for r, _ in costed]
     assert [len(r) for r in runs] == [16, 8]  # two contexts fit in 200 positions, whole
-    assert all(sum(shared_source(e, r[k - 1] if k else None) for k, e in enumerate(r)) <= 200
-               for r in runs)
+    assert all(cost == sum(shared_source(e, r[k - 1] if k else None) for k, e in enumerate(r))
+               <= 200 for r, cost in costed)
     # A run's first item computes its source even when the previous run ended with the same one.
-    runs = chunk_items(items[:8], 60, shared_source)
-    assert [len(r) for r in runs] == [4, 4]
+    assert [len(r) for r, _ in chunk_items(items[:8], 60, shared_source)] == [4, 4]
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +90,7 @@ def test_chunked_scoring_equals_one_engine_call(dialogpt):
     assert [r.num_tokens for r in a] == [r.num_tokens for r in b]
     assert [r.nll for r in b] == pytest.approx([r.nll for r in a], abs=1e-4)
     assert len({round(r.nll, 3) for r in a}) > 20  # the numbers really differ by item
-    stats = chunked.ledger.stats.snapshot()
+    stats = chunked.chunks.ledger.stats.snapshot()
     total = sum(w.tokens for w in chunked.admit(items))
     assert stats["done"] == total and stats["in_flight"] == 0 and stats["unit"] == "tokens"
     assert stats["calls"] == stats["chunks"] == len(chunked.admit(items))
@@ -108,7 +107,7 @@ def test_a_probe_request_is_one_engine_call_when_its_positions_fit(dialogpt):
     (work,) = serving.admit(items)
     _, stats = dialogpt.score_encoded(work.encoded)
     assert work.tokens > 512 >= work.positions == stats.real_tokens
-    assert len(NLLServing(dialogpt, 16384, chunk_tokens=work.positions - 1).admit(items)) == 2
+    assert len(NLLServing(dialogpt, max_batch_tokens=16384, chunk_tokens=work.positions - 1).admit(items)) == 2
 
 
 CARD = ModelCard(name="fake-gpt", family="causal", source="fake", revision=None, max_length=1024,
@@ -116,8 +115,8 @@ CARD = ModelCard(name="fake-gpt", family="causal", source="fake", revision=None,
 
 
 class BlockingEngine(FakeNLLEngine):
-    """The fake engine, recording each call's item count and holding the first call until
-    released."""
+    """The fake engine, recording each call's item count and holding every call until the test
+    sets :attr:`release`."""
 
     def __init__(self):
         super().__init__(CARD)
@@ -126,7 +125,7 @@ class BlockingEngine(FakeNLLEngine):
 
     def score_encoded(self, encoded, guard=None):
         self.calls.append(len(encoded))
-        self.release.wait(5.0)
+        assert self.release.wait(60), "the test never released the engine"
         return super().score_encoded(encoded, guard)
 
 
@@ -139,33 +138,43 @@ def test_a_cancelled_request_drops_its_remaining_chunks():
     serving = NLLServing(engine, max_batch_tokens=8192, chunk_tokens=20)
     items = [NLLItem(target=words(8), context=(f"c{i}",)) for i in range(10)]  # 10 tokens each
 
-    asyncio.run(cancel_while_first_chunk_runs(serving.score(items), engine.calls, engine.release))
-    stats = serving.ledger.stats.snapshot()
+    async def go():
+        request = asyncio.ensure_future(serving.score(items))
+        await until(lambda: engine.calls, "the first engine call")
+        request.cancel()  # the client left while its first chunk runs
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        engine.release.set()
+        await until(lambda: serving.chunks.ledger.stats.snapshot()["calls"] == 1, "the call's end")
+
+    asyncio.run(go())
     assert engine.calls == [2]
-    assert_only_the_running_chunk_was_wasted(stats, wasted=20, dropped=80)
+    assert_only_the_running_chunk_was_wasted(serving.chunks.ledger.stats.snapshot(), wasted=20,
+                                             dropped=80)
 
 
 def test_a_batching_runner_interleaves_chunks_of_concurrent_requests():
     """With a runner that merges what is waiting (as @serve.batch does), a small request sent
-    after a large one rides in an early engine call, not after all of the large one's."""
-    serving = NLLServing(FakeNLLEngine(CARD), max_batch_tokens=8192, chunk_tokens=20)
-    runner = MergingRunner(serving.run)
+    after a large one rides in the second engine call, not after all of the large one's."""
+    runner = MergingRunner()
+    serving = NLLServing(FakeNLLEngine(CARD), max_batch_tokens=8192, chunk_tokens=20,
+                         runner=runner)
 
     async def go():
         large_items = [NLLItem(target=words(8), context=(f"c{i}",)) for i in range(16)]
-        large = asyncio.create_task(serving.score(large_items, runner=runner))
-        b = asyncio.create_task(runner.serve())
-        await asyncio.sleep(0.015)
-        small = await serving.score([NLLItem(target="a b", context=("x",))], runner=runner)
-        assert small.value is not None and not large.done()
-        got = await large
-        b.cancel()
-        return got
+        large = asyncio.ensure_future(serving.score(large_items))
+        await until(lambda: runner.live() == 1, "the large request's first chunk")
+        await runner.step()  # the large request's first call; its second chunk is queued
+        small = asyncio.ensure_future(serving.score([NLLItem(target="a b", context=("x",))]))
+        await until(lambda: runner.live() == 2, "the small request beside the large one's chunk")
+        await runner.step()
+        await until(small.done, "the small request's answer")
+        assert small.result().value is not None and not large.done()
+        await runner.drain(large)
+        return large.result()
 
     large = asyncio.run(go())
     assert len(large.unwrap().results) == 16
-    assert sum(requests for _, requests in large.batches) >= 8  # every call's stats came back
     order = runner.order
-    first_with_small = next(i for i, b in enumerate(order) if 4 in b)  # "x" + "a b" + eos
-    assert first_with_small <= 2 and len(order) >= 8
+    assert order[:2] == [[20], [20, 4]] and len(order) == 8  # "x" + "a b" + eos: 4 tokens
     assert all(b.count(20) <= 1 for b in order)  # one chunk per request per call

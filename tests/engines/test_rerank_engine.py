@@ -220,10 +220,10 @@ def test_tei_request_orders_like_v1_rerank():
     cands = ["I have no pets.", "Every day.", "Sometimes."]
     tei = TEIRerankRequest.model_validate(
         {"query": "\n".join(t.text for t in CONTEXT), "texts": cands, "return_text": True})
-    out_tei = rr.rerank(tei.to_context(), tei.texts, **tei.engine_kwargs())
+    out_tei = rr.rerank(tei.to_context(), tei.texts, **tei.options().kwargs())
     v1 = RerankRequest.model_validate(
         {"context": [{"speaker": t.speaker, "text": t.text} for t in CONTEXT], "candidates": cands})
-    out_v1 = rr.rerank(v1.to_context(), v1.candidates, **v1.engine_kwargs())
+    out_v1 = rr.rerank(v1.to_context(), v1.candidates, **v1.options().kwargs())
     assert [r.index for r in out_tei.results] == [r.index for r in out_v1.results] == [1, 2, 0]
     body = tei_results(tei, out_tei)
     assert body == [{"index": 1, "score": pytest.approx(0.9), "text": "Every day."},

@@ -18,11 +18,11 @@ from dialscore_server.contradiction.engine.engine import ContradictionDetector
 from dialscore_server.contradiction.serving import ContradictionServing
 from dialscore_server.contract.limits import Limits
 from dialscore_server.gateway.app import create_app
-from dialscore_server.gateway.deployment import HandleBackend
+from dialscore_server.gateway.backend import ModelDirectory
 from dialscore_server.training.detector import ID2LABEL, TRAINING_MARKER, train_detector
 from dialscore_server.training.examples import detector_examples
 from dialscore_server.training.synthetic import contradiction_set
-from fake_api import LocalHandle, app_transport
+from fake_api import app_transport
 
 
 def test_examples_follow_the_service_pairing():
@@ -55,9 +55,9 @@ def test_trained_stand_in_learns_and_is_served_end_to_end(stand_ins, tmp_path):
     model_config = base.model_copy(update={"name": "decode-standin", "source": str(out)})
     detector = ContradictionDetector(model_config)
     assert detector.card().contradiction_index == 1
-    backend = HandleBackend({}, {"decode-standin": LocalHandle(ContradictionServing(detector, 4096))},
-                            None, limits=Limits(), request_timeout_s=60.0, queue_timeout_s=None,
-                            token=None)
+    backend = ModelDirectory({}, {"decode-standin": ContradictionServing(detector,
+                                                                         max_batch_pairs=4096)},
+                             limits=Limits())
     data = write_decode(tmp_path / "heldout.jsonl", contradiction_set(60, seed=3))
 
     async def run():

@@ -20,11 +20,19 @@ def served(stand_ins, sharp_stand_ins):
     header deadline is 3 s (default 10) so that test_slow_clients sees it soon; no other test
     opens a connection and waits that long before its headers are complete."""
     import os
+    from pathlib import Path
 
     from dialscore_server.gateway.embedded import serve_locally
     from dialscore_server.gateway.proxy_guard import HEADER_TIMEOUT_VARIABLE
 
     os.environ.setdefault(HEADER_TIMEOUT_VARIABLE, "3")
+    # Replica metrics reach the node's agent every second (Ray's default: 10 s), so a test
+    # reads a replica's counts promptly; and replicas can import the test fakes
+    # (gated_engines.py, fake_api.py) that some test apps serve.
+    os.environ.setdefault("RAY_metrics_report_interval_ms", "1000")
+    here = Path(__file__).resolve().parent
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(here), str(here.parent), os.environ.get("PYTHONPATH")) if p)
 
     sharp = sharp_stand_ins
     args = app_args(stand_ins, models=[

@@ -70,3 +70,59 @@ def deploy_app(served: Served, name: str, args) -> Iterator[Served]:
         yield Served(url, args)
     finally:
         serve.delete(name)
+
+
+def replica_metrics() -> list[str]:
+    """The Prometheus text of every node's Ray metrics agent: the series model replicas record
+    (``ray_dialscore_*``), as an operator's Prometheus scrapes them."""
+    import ray
+
+    texts = []
+    for node in ray.nodes():
+        port = node.get("MetricsExportPort")
+        if node.get("Alive") and port:
+            texts.append(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text)
+    return texts
+
+
+def metric_sum(texts: list[str], name: str, **labels: str) -> float:
+    """The sum of the samples named `name` whose labels include `labels`, over `texts`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    total += sample.value
+    return total
+
+
+def work(app: str, model: str) -> dict[str, float]:
+    """A replica's work ledger as its counters report it (``dialscore_work_*`` of `model` in the
+    Serve application `app`): admitted, done, dropped and wasted work in the ledger's unit, and
+    what is in flight (admitted and none of the others). Counters, not the in-flight gauge: Ray
+    exports a gauge only while it is being set."""
+    texts = replica_metrics()
+    where = {"application": app, "model": model}
+    got = {
+        "admitted": metric_sum(texts, "ray_dialscore_work_admitted_total", **where),
+        "done": metric_sum(texts, "ray_dialscore_work_done_total", **where),
+        "dropped": metric_sum(texts, "ray_dialscore_work_abandoned_total", kind="dropped", **where),
+        "wasted": metric_sum(texts, "ray_dialscore_work_abandoned_total", kind="wasted", **where),
+    }
+    got["in_flight"] = got["admitted"] - got["done"] - got["dropped"] - got["wasted"]
+    return got
+
+
+def wait_until(check, what: str, limit_s: float = 120.0, step_s: float = 0.25):
+    """Poll ``check()`` until it returns something truthy and return it; fail naming `what` if
+    it never does (a hang guard: metrics reach the agents about once a second)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {limit_s:.0f} s")
+        time.sleep(step_s)

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from dialscore_server.contradiction.engine.pairing import DetectionResult, Evidence, Turn
 from dialscore_server.contradiction.protocol import ContradictionRequest, ContradictionResponse
 from dialscore_server.contract.errors import ServiceError
-from dialscore_server.rerank.engine.reranker import RerankOutput, RerankResult, RerankWeights
+from dialscore_server.rerank.engine.reranker import RerankOptions, RerankOutput, RerankResult, RerankWeights
 from dialscore_server.rerank.protocol import RerankRequest, RerankResponse, RerankUsage
 from dialscore_server.rerank.tei.protocol import TEIRerankRequest
 from dialscore_server.contract.limits import Limits
@@ -79,14 +79,14 @@ def test_rerank_requests_validate():
                                   "weights": {"nll": -1}})[0]["loc"] == ("weights", "nll")
     req = RerankRequest.model_validate({"context": [{"speaker": "u", "text": "hi"}], "candidates": ["a"],
                                         "weights": {"nll": 0.5}, "nll_model": "dialogpt-medium"})
-    kw = req.engine_kwargs()
-    assert kw["weights"] == RerankWeights(None, 0.5) and kw["speaker"] is None
+    options = req.options()
+    assert options.weights == RerankWeights(None, 0.5) and options.speaker is None
     # Fields TEI clients send are accepted, unknown ones ignored (as TEI does); what the
     # detector cannot do is refused naming the field.
     tei = TEIRerankRequest.model_validate({"query": "q", "texts": ["a"], "truncate": True,
                                            "truncation_direction": "Left", "raw_scores": False,
                                            "some_future_field": 1})
-    assert tei.engine_kwargs() == {"speaker": "A"}
+    assert tei.options() == RerankOptions(speaker="A")
     tei.check_options()
     right = TEIRerankRequest.model_validate({"query": "q", "texts": ["a"], "truncation_direction": "Right"})
     with pytest.raises(ServiceError) as e:

@@ -1,132 +1,207 @@
-"""Fair and bounded serving on the real app: a large contradiction request is computed in chunks
-that share the classifier replica with other requests, and its remaining chunks are dropped when
-nobody waits for it any more (client gone, deadline passed)."""
+"""Fair and bounded serving on a real Serve app: a large request is computed in chunks that share
+the model replica with other requests, and its remaining chunks are dropped when nobody waits for
+it any more (client gone, deadline passed).
+
+The app serves fake engines whose every engine call waits at a gate the test opens
+(gated_engines.py), and the replica's work is read from its own metrics (``dialscore_work_*``
+through Ray's metrics agent). So the test, not the machine's speed, decides how much is computed
+before a small request arrives, a client leaves or a deadline passes: each count is exact.
+"""
 
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 import pytest
-from ray import serve
+import ray
 
-from serve_apps import ONE_THREAD, app_args, deploy_app
+from dialscore_server.nll.protocol import NLLItemIn
+from fake_api import FAKE_CARDS, FakeNLLEngine
+from gated_engines import open_gate
+from serve_apps import ONE_THREAD, app_args, deploy_app, wait_until, work
 
-pytestmark = pytest.mark.serve
+pytestmark = [pytest.mark.serve, pytest.mark.slow]
 
-MODEL = "roberta-large-mnli"
+#: A hang guard for gate waits, not a speed requirement.
+HANG_S = 120.0
+
+NLI = "fake-nli"
+GPT = "fake-gpt"
 #: 128 dialogues x 128 earlier turns of the last speaker = 16384 pairs (max_request_pairs): 128
-#: chunks of one dialogue each (a dialogue is never split; default chunk_pairs 64); about 7 s on
-#: the tiny stand-in classifier, 2 CPU cores.
-LARGE = {"model": MODEL, "dialogues": [
+#: chunks of one dialogue each (a dialogue is never split; default chunk_pairs 64).
+LARGE = {"model": NLI, "dialogues": [
     {"turns": [{"speaker": 1, "text": f"I have {j} dogs and {d} cats."} for j in range(129)]}
     for d in range(128)]}
 PAIRS = 128 * 128
-SMALL = {"model": MODEL, "dialogues": [{"turns": [
+CHUNK = 128
+SMALL = {"model": NLI, "dialogues": [{"turns": [
     {"speaker": 1, "text": "I love dogs."}, {"speaker": 2, "text": "Me too."},
     {"speaker": 1, "text": "I hate dogs."}]}]}
-
-
-def stats(app: str = "dialscore", deployment: str = f"nli-{MODEL}") -> dict[str, float]:
-    return serve.get_deployment_handle(deployment, app).work_stats.remote().result()
-
-
-def wait_settled(app: str = "dialscore", deployment: str = f"nli-{MODEL}", timeout: float = 120) -> dict:
-    """The replica's stats once nothing is in flight (the running chunk, if any, has finished)."""
-    end = time.monotonic() + timeout
-    while True:
-        s = stats(app, deployment)
-        if s["in_flight"] == 0 or time.monotonic() > end:
-            return s
-        time.sleep(0.2)
-
-
-def test_a_small_request_is_not_stuck_behind_a_large_one(served):
-    """Sent after a 16384-pair request on the same replica, a 1-pair request finishes first."""
-    finished: dict[str, float] = {}
-
-    def post(name: str, body: dict) -> None:
-        r = httpx.post(f"{served.url}/v1/contradiction", json=body, timeout=300)
-        assert r.status_code == 200, r.text[:300]
-        finished[name] = time.monotonic()
-
-    before = wait_settled()
-    large = threading.Thread(target=post, args=("large", LARGE))
-    large.start()
-    time.sleep(1.0)  # the large request is admitted and computing
-    assert "large" not in finished
-    post("small", SMALL)
-    large.join()
-    assert finished["small"] < finished["large"]
-    after = wait_settled()
-    assert after["done"] - before["done"] == PAIRS + 1
-    assert after["chunks"] - before["chunks"] >= 129  # 128 chunks + the small request
-
-
-def test_a_disconnected_clients_remaining_work_is_dropped(served):
-    """The client gives up after 1 s: the replica drops the chunks it had not computed yet and
-    the metrics say so; at most the chunk that was running is computed for nobody."""
-    before = wait_settled()
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{served.url}/v1/contradiction", json=LARGE, timeout=httpx.Timeout(30, read=1.0))
-    after = wait_settled()
-    done = after["done"] - before["done"]
-    dropped = after["dropped"] - before["dropped"]
-    wasted = after["wasted"] - before["wasted"]
-    assert done + dropped + wasted == PAIRS
-    assert dropped >= PAIRS // 2, (done, dropped, wasted)
-    assert wasted <= 128  # one chunk at most (here one dialogue of 128 pairs)
-    assert after["in_flight"] == 0
-
-
-@pytest.mark.slow
-def test_work_is_dropped_when_the_deadline_passes(served, stand_ins):
-    """With a 2 s request deadline, the gateway answers 408 and the replica drops the rest."""
-    args = app_args(stand_ins, models=[{"name": "dialogpt-medium", "serving": ONE_THREAD}],
-                    classifiers=[{"name": MODEL, "serving": ONE_THREAD}],
-                    request_timeout_s=2.0, queue_timeout_s=1.0)
-    with deploy_app(served, "deadline", args) as app:
-        r = httpx.post(f"{app.url}/v1/contradiction", json=LARGE, timeout=60)
-        assert r.status_code == 408, r.text[:300]
-        s = wait_settled("deadline")
-        assert s["dropped"] >= PAIRS // 2, s
-        assert s["done"] + s["dropped"] + s["wasted"] == PAIRS
-
-
-NLL_MODEL = "dialogpt-medium"
-#: 1024 items (max_items) of distinct 4-turn contexts, within max_request_tokens (counted from
-#: bytes): many chunks of chunk_tokens (2048).
-LARGE_NLL = {"model": NLL_MODEL, "items": [
+#: 1024 items (max_items) of distinct 4-turn contexts: many chunks of chunk_tokens (2048).
+LARGE_NLL = {"model": GPT, "items": [
     {"context": [f"i have {t} dogs and {d} cats ." for t in range(4)],
      "target": f"i never had a dog , i have {d} cats ."} for d in range(1024)]}
-SMALL_NLL = {"model": NLL_MODEL, "items": [{"context": ["do you like dogs ?"], "target": "yes ."}]}
+SMALL_NLL = {"model": GPT, "items": [{"context": ["do you like dogs ?"], "target": "yes ."}]}
 
 
-def test_a_small_nll_request_is_not_stuck_behind_a_large_one(served):
-    """NLL replicas share too: sent after a probe-sized /v1/nll request on the same replica, a
-    one-item request finishes first, and every token of both is computed once."""
-    deployment = f"nll-{NLL_MODEL}"
-    finished: dict[str, float] = {}
-    usage: dict[str, int] = {}
+def gated_args(stand_ins, **extra):
+    return app_args(stand_ins, models=[
+        {"name": "dialogpt-medium", "serve_as": GPT,
+         "serving": {**ONE_THREAD, "engine": "gated_engines:GatedNLLEngine"}}],
+        classifiers=[{"name": "roberta-large-mnli", "serve_as": NLI,
+                      "serving": {**ONE_THREAD, "engine": "gated_engines:GatedDetector"}}],
+        **extra)
 
-    def post(name: str, body: dict) -> None:
-        r = httpx.post(f"{served.url}/v1/nll", json=body, timeout=300)
-        assert r.status_code == 200, r.text[:300]
-        finished[name] = time.monotonic()
-        usage[name] = r.json()["usage"]["source_tokens"] + r.json()["usage"]["target_tokens"]
 
-    before = wait_settled(deployment=deployment)
-    large = threading.Thread(target=post, args=("large", LARGE_NLL))
-    large.start()
-    deadline = time.monotonic() + 60
-    while stats(deployment=deployment)["in_flight"] == before["in_flight"]:
-        assert large.is_alive() and time.monotonic() < deadline, "the large request never started"
-        time.sleep(0.05)  # the large request is admitted and computing
-    post("small", SMALL_NLL)
-    large.join()
-    assert finished["small"] < finished["large"]
-    after = wait_settled(deployment=deployment)
-    assert after["unit"] == "tokens"
-    assert after["done"] - before["done"] == usage["large"] + usage["small"]
-    assert after["chunks"] - before["chunks"] >= 20
+@pytest.fixture(scope="module")
+def fair(served, stand_ins):
+    with deploy_app(served, "fair", gated_args(stand_ins)) as app:
+        yield app
+
+
+@pytest.fixture()
+def gate(fair):
+    """A fresh gate (every engine call waits at it); afterwards every call may pass."""
+    g = open_gate()
+    yield g
+    ray.get(g.allow.remote(10_000))
+
+
+def post_in_background(url: str, body: dict, results: dict, name: str, **kw) -> threading.Thread:
+    def run() -> None:
+        try:
+            results[name] = httpx.post(url, json=body, timeout=kw.get("timeout", 300))
+        except httpx.HTTPError as exc:
+            results[name] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def settled(app: str, model: str, before: dict, **grew: float) -> dict:
+    """The replica's work once each counter in `grew` grew by exactly that much and nothing is in
+    flight (the counts reach the metrics agent about once a second)."""
+    def check():
+        now = work(app, model)
+        delta = {k: now[k] - before[k] for k in now}
+        ok = delta["in_flight"] == 0 and all(delta[k] == v for k, v in grew.items())
+        return delta if ok else None
+
+    return wait_until(check, f"{model}'s work to grow by {grew}")
+
+
+def admitted(app: str, model: str, before: dict, cost: float) -> None:
+    """Wait until the replica admitted `cost` more work (a request's chunks are queued as soon as
+    it is admitted)."""
+    wait_until(lambda: work(app, model)["admitted"] - before["admitted"] >= cost,
+               f"{cost} more work admitted on {model}")
+
+
+def fake_tokens(body: dict) -> int:
+    """The tokens the fake NLL engine admits for a /v1/nll body (its work in the ledger)."""
+    engine = FakeNLLEngine(FAKE_CARDS[0])
+    return sum(engine.encode(NLLItemIn.model_validate(i).to_item()).cost for i in body["items"])
+
+
+def calls_until(gate, label: str, most: int) -> list[list[str]]:
+    """Let engine calls through one at a time until one computed `label` (at most `most` calls);
+    the calls that went through."""
+    for k in range(1, most + 1):
+        ray.get(gate.allow.remote(1))
+        calls = ray.get(gate.wait_for.remote(0, k, HANG_S))["calls"]
+        assert len(calls) == k, f"engine call {k} never ran"
+        if label in calls[-1]:
+            return calls
+    raise AssertionError(f"{label!r} was not computed within {most} engine calls: {calls}")
+
+
+def test_a_small_request_is_not_stuck_behind_a_large_one(fair, gate):
+    """Sent while a 16384-pair request's first chunk is in the engine, a 1-pair request rides in
+    the very next engine call, beside the large request's second chunk, and is answered while
+    the large one still has 126 chunks to go."""
+    url = f"{fair.url}/v1/contradiction"
+    before = work("fair", NLI)
+    answers: dict = {}
+    large = post_in_background(url, LARGE, answers, "large")
+    assert ray.get(gate.wait_for.remote(1, 0, HANG_S))["waiting"] == 1  # first chunk in the engine
+    small = post_in_background(url, SMALL, answers, "small")
+    admitted("fair", NLI, before, PAIRS + 1)  # the small request is queued
+    # Serve forms the next batch while a call runs, and a request's next chunk is queued when
+    # its current one's call begins: the small request rides within the next two calls, and
+    # no call carries more than one chunk (one dialogue) of the large request.
+    calls = calls_until(gate, "I hate dogs.", 3)
+    assert all(sum(t != "I hate dogs." for t in c) <= 1 for c in calls)
+    small.join(HANG_S)
+    assert answers["small"].status_code == 200, answers["small"].text[:300]
+    assert large.is_alive()
+    ray.get(gate.allow.remote(CHUNK))
+    large.join(HANG_S)
+    assert answers["large"].status_code == 200, answers["large"].text[:300]
+    assert len(answers["large"].json()["results"]) == 128
+    settled("fair", NLI, before, done=PAIRS + 1, dropped=0, wasted=0)
+    # one chunk per engine call for the large request: 128 calls, plus at most one for the small
+    calls = ray.get(gate.state.remote())["calls"]
+    assert sum(len(c) for c in calls) == 129 and all(len(c) <= 2 for c in calls)
+    assert len(calls) in (128, 129)
+
+
+def test_a_disconnected_clients_remaining_work_is_dropped(fair, gate):
+    """The client gives up while the first chunk is in the engine: the replica drops the chunks
+    it had not computed yet and the metrics say so; only the chunk that was running is computed
+    for nobody."""
+    before = work("fair", NLI)
+    answers: dict = {}
+    client = post_in_background(f"{fair.url}/v1/contradiction", LARGE, answers, "large",
+                                timeout=httpx.Timeout(30, read=1.0))
+    assert ray.get(gate.wait_for.remote(1, 0, HANG_S))["waiting"] == 1
+    client.join(HANG_S)  # the engine is held: no answer can come, the client leaves after 1 s
+    assert isinstance(answers["large"], httpx.ReadTimeout)
+    settled("fair", NLI, before, done=0, dropped=PAIRS - CHUNK, wasted=CHUNK)
+    ray.get(gate.allow.remote(1))  # the running chunk finishes, for nobody
+    assert ray.get(gate.wait_for.remote(0, 1, HANG_S))["passed"] == 1
+    settled("fair", NLI, before, done=0, dropped=PAIRS - CHUNK, wasted=CHUNK)
+
+
+def test_work_is_dropped_when_the_deadline_passes(served, stand_ins):
+    """With a 2 s request deadline, the gateway answers 408 while the first chunk is held in the
+    engine, and the replica drops the rest: every count is exact."""
+    args = gated_args(stand_ins, request_timeout_s=2.0, queue_timeout_s=1.0)
+    with deploy_app(served, "deadline", args) as app:
+        gate = open_gate()
+        try:
+            before = work("deadline", NLI)
+            r = httpx.post(f"{app.url}/v1/contradiction", json=LARGE, timeout=60)
+            assert r.status_code == 408, r.text[:300]
+            assert r.headers["x-work-dropped"] == "true"
+            state = ray.get(gate.state.remote())
+            assert state["waiting"] == 1 and state["passed"] == 0
+            settled("deadline", NLI, before, done=0, dropped=PAIRS - CHUNK, wasted=CHUNK)
+        finally:
+            ray.get(gate.allow.remote(10_000))
+
+
+def test_a_small_nll_request_is_not_stuck_behind_a_large_one(fair, gate):
+    """NLL replicas share too: sent while a 1024-item request's first chunk is in the engine, a
+    one-item request rides in the next engine call and is answered first, and every token of
+    both is computed once."""
+    url = f"{fair.url}/v1/nll"
+    before = work("fair", GPT)
+    answers: dict = {}
+    large = post_in_background(url, LARGE_NLL, answers, "large")
+    assert ray.get(gate.wait_for.remote(1, 0, HANG_S))["waiting"] == 1
+    small = post_in_background(url, SMALL_NLL, answers, "small")
+    admitted("fair", GPT, before, fake_tokens(LARGE_NLL) + fake_tokens(SMALL_NLL))
+    calls = calls_until(gate, "yes .", 3)
+    assert calls[-1][-1] == "yes ." and all("yes ." not in c for c in calls[:-1])
+    small.join(HANG_S)
+    assert answers["small"].status_code == 200, answers["small"].text[:300]
+    assert large.is_alive()
+    ray.get(gate.allow.remote(1024))
+    large.join(HANG_S)
+    assert answers["large"].status_code == 200, answers["large"].text[:300]
+    usage = {name: r.json()["usage"]["source_tokens"] + r.json()["usage"]["target_tokens"]
+             for name, r in answers.items()}
+    settled("fair", GPT, before, done=usage["large"] + usage["small"], dropped=0, wasted=0)
+    assert len(ray.get(gate.state.remote())["calls"]) >= 20  # many chunks, not one call

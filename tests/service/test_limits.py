@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+
+from serve_apps import metric_sum, replica_metrics, wait_until
 import pytest
 
 from fake_api import FakeAPI
@@ -135,17 +137,23 @@ def test_each_limit_is_a_413_naming_the_field_before_any_model(served, name, pat
 
 
 def test_limits_are_checked_before_tokenization_for_a_served_model(served):
-    """A served model's token counters do not move for an over-limit request."""
+    """A served model's token counters do not move for an over-limit request: after it, a valid
+    request moves them by exactly its own tokens."""
     def tokens() -> float:
-        text = httpx.get(f"{served.url}/metrics", timeout=30).text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith('dialscore_tokens_total{model="dialogpt-medium"'))
+        return metric_sum(replica_metrics(), "ray_dialscore_tokens_scored_total",
+                          application="dialscore", model="dialogpt-medium")
 
     before = tokens()
     r = httpx.post(f"{served.url}/v1/nll", json=nll([item(target=T + "x")], model="dialogpt-medium"),
                    timeout=60)
     assert r.status_code == 413 and r.json()["error"]["param"] == "items[0].target"
-    assert tokens() == before
+    ok = httpx.post(f"{served.url}/v1/nll", json=nll([item(target="hello")], model="dialogpt-medium"),
+                    timeout=60)
+    assert ok.status_code == 200, ok.text[:300]
+    usage = ok.json()["usage"]
+    valid = usage["source_tokens"] + usage["target_tokens"]
+    wait_until(lambda: tokens() - before >= valid, "the valid request's tokens counted")
+    assert tokens() - before == valid
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])

@@ -1,16 +1,18 @@
-"""What an endpoint's router may ask of the ingress it is mounted on.
+"""What every endpoint's router may ask of the ingress it is mounted on.
 
-Routers receive an object with this interface (the gateway deployment implements it over Serve
-handles; tests implement it in-process over fake engines) and never import the gateway itself.
+Routers receive an object with this interface and never import the gateway. Each endpoint's
+router extends it with the typed model services it calls (``NLLBackend.nll(model)``,
+``ClassifierBackend.classifier(model)``, ``RerankBackend.reranker()``); the gateway's
+:class:`~dialscore_server.gateway.backend.ModelDirectory` implements them all, over Serve
+handles in a replica and over in-process servings in tests.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from dialscore.model_card import ModelCard
 from dialscore_server.contract.limits import Limits
-from dialscore_server.contract.reply import Reply
 
 #: Which pool a request's `model` names: dialogue (NLL) models or NLI classifiers.
 Pool = Literal["nll", "classifier"]
@@ -26,16 +28,6 @@ class Backend(Protocol):
         Raises ``unknown_model`` (404) naming `param`."""
         ...
 
-    async def call(self, model: str, method: str, *args: Any) -> Any:
-        """Call a model deployment's `method` under the request's deadlines and return its answer
-        (a :class:`~dialscore_server.contract.reply.Reply` for the scoring methods); a failure of
-        the call itself (dead replica, full queue, deadline) raises the typed ServiceError."""
-        ...
-
-    async def call_rerank(self, *args: Any) -> Reply[Any]:
-        """Call the rerank deployment (it composes detector and NLL deployments)."""
-        ...
-
     async def card(self, model: str) -> ModelCard:
-        """The model's card."""
+        """The served model's card."""
         ...

@@ -1,14 +1,17 @@
 """Calling a deployment handle under deadlines, and what its failures mean.
 
-:func:`answer` waits with two deadlines: one for a replica to accept the request, one for the
-answer. :func:`from_ray` maps the errors Ray raises for a handle call onto the closed error set.
-Used by the gateway and by the rerank deployment (which calls the detector and NLL deployments
-itself), so a dead or saturated model is a prompt 503 or 424, never a silent wait or a 500."""
+:class:`Deadlines` is how every typed handle (``NLLHandle``, ``ClassifierHandle``,
+``RerankHandle``) calls its deployment: :func:`answer` waits with two deadlines, one for a
+replica to accept the request and one for the answer, and :func:`from_ray` maps the errors Ray
+raises onto the closed error set, so a dead or saturated model is a prompt 503 or 424, never a
+silent wait or a 500."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
+from typing import Any
 
 from dialscore_server import compat
 from dialscore_server.contract.errors import ServiceError
@@ -75,3 +78,32 @@ def from_ray(exc: BaseException) -> ServiceError:
     logger.exception("model deployment failed", exc_info=exc)
     return ServiceError("model_error", f"the model deployment failed: {type(exc).__name__}",
                         retry_after=2.0)
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """The deadlines of every call a caller makes to a model deployment: `request_s` for the
+    whole call (then 408), `queue_s` for a replica to accept it (then 503; None: no separate
+    queue deadline). With `count_in_flight` (the gateway's handles), calls are counted in
+    ``dialscore_queue_length`` under the label each call names."""
+
+    request_s: float
+    queue_s: float | None = None
+    count_in_flight: bool = False
+
+    async def call(self, pending: Any, label: str) -> Any:
+        """The answer of `pending` (a DeploymentResponse) under the deadlines; every Ray failure
+        raised as its typed :class:`ServiceError`."""
+        from dialscore_server import metrics
+
+        if self.count_in_flight:
+            metrics.IN_FLIGHT.labels(label).inc()
+        try:
+            return await answer(pending, self.request_s, self.queue_s)
+        except ServiceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every Ray failure maps to a typed error
+            raise from_ray(exc) from None
+        finally:
+            if self.count_in_flight:
+                metrics.IN_FLIGHT.labels(label).dec()

@@ -9,6 +9,7 @@ deployment declares the operations it needs on top of these (``score_encoded`` f
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -39,3 +40,20 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release the model (memory, threads); the engine is unusable afterwards."""
         ...
+
+
+def engine_class(path: str | None, default: type) -> type:
+    """The engine class an import path (``package.module:Class``, ServingOptions.engine) names, or
+    `default` when `path` is None. Raises ValueError naming the path when it cannot be imported or
+    the class lacks the engine protocol's methods."""
+    if path is None:
+        return default
+    module, _, name = path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"engine {path!r} cannot be imported: {exc}") from exc
+    missing = [m for m in ("from_options", "card", "check_health", "close") if not hasattr(cls, m)]
+    if not isinstance(cls, type) or missing:
+        raise ValueError(f"engine {path!r} is not an engine class (missing {', '.join(missing)})")
+    return cls

@@ -17,6 +17,12 @@ class ServingOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
+    engine: str | None = Field(
+        None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        description="Import path (`package.module:Class`) of the engine class to serve the model "
+        "with, importable on every node; it must implement the engine protocol "
+        "(dialscore_server.contract.engine) and the endpoint's operations. Default: the family's "
+        "engine (NLLEngine, ContradictionDetector). Tests serve fake engines this way.")
     num_replicas: int | Literal["auto"] = Field(1, description="Fixed replica count, or `auto`.")
     autoscaling_config: dict[str, Any] | None = Field(
         None, description="Serve autoscaling_config (min_replicas, max_replicas, "

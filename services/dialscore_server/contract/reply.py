@@ -2,31 +2,18 @@
 
 Errors travel as data rather than as raised exceptions: Ray would wrap a raised exception in its
 own task error (and log its traceback as a failure), while a bad request is an ordinary answer.
-The gateway (or the rerank deployment) calls :meth:`Reply.unwrap`, which returns the value or
+The caller (a router, the rerank serving) calls :meth:`Reply.unwrap`, which returns the value or
 raises the :class:`~dialscore_server.contract.errors.ServiceError` the replica put there.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from dialscore_server.contract.errors import ServiceError
 
 T = TypeVar("T")
-
-
-class BatchReport(Protocol):
-    """What one engine call reports for the metrics (the engines' batch statistics)."""
-
-    items: int
-    real_tokens: int
-
-    @property
-    def padding_waste(self) -> float: ...
-
-    @property
-    def reused_tokens(self) -> int: ...
 
 
 @dataclass
@@ -35,20 +22,14 @@ class Reply(Generic[T]):
 
     * ``value``: the result (None when ``error`` is set).
     * ``error``: why there is no result; pickled as a plain ServiceError.
-    * ``batches``: the statistics of engine calls that computed the request, each with the
-      number of requests it merged; a call's statistics come with exactly one of the requests
-      (or chunks) it computed, so every call is counted once; ``batch_requests``: the most
-      requests merged into one call that computed this request.
-    * ``queue_s``: time the request waited in the replica before its engine call started;
-      ``compute_s``: the engine call's duration; ``tokenize_s``: time spent tokenizing the request
-      before it was queued, where that is a step of its own (0.0 where the engine tokenizes inside
-      its call, as the contradiction detector does: then it is part of ``compute_s``).
+    * ``compute_s``: the engine time of the calls that computed the request (summed over its
+      chunks); ``queue_s``: the rest of its time in the replica after admission (waiting for an
+      engine call); ``tokenize_s``: admission's time (validating and tokenizing the request),
+      which the timing headers report where tokenizing is a step of its own.
     """
 
     value: T | None = None
     error: ServiceError | None = None
-    batches: list[tuple[BatchReport, int]] = field(default_factory=list)
-    batch_requests: int = 0
     queue_s: float = 0.0
     compute_s: float = 0.0
     tokenize_s: float = 0.0

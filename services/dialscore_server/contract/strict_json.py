@@ -41,6 +41,7 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
 from dialscore_server.contract.errors import ServiceError
+from dialscore_server.contract.limits import Limits
 
 #: Deepest nesting of JSON arrays/objects accepted (the request schemas need 5).
 MAX_DEPTH = 32
@@ -174,8 +175,9 @@ def _is_json(content_type: str) -> bool:
         subtype == "json" or subtype.endswith("+json"))
 
 
-async def read_json_body(request: Request) -> Any:
-    """Check the headers, read and parse the body; the parsed value is cached on the request."""
+async def read_json_body(request: Request, max_values: int | None = None) -> Any:
+    """Check the headers, read and parse the body (`max_values`: the ``max_json_values`` limit,
+    None: not counted)."""
     content_type = request.headers.get("content-type")
     if not content_type or not _is_json(content_type):
         got = f"{content_type!r}" if content_type else "none"
@@ -188,22 +190,42 @@ async def read_json_body(request: Request) -> Any:
     body = await request.body()
     if not body.strip():
         raise ServiceError("invalid_request", "the request body is empty; expected a JSON object")
-    limits = getattr(request.app.state, "limits", None)
-    value = loads_strict(body, limits.max_json_values if limits is not None else None)
-    request._json = value  # Starlette's Request.json() returns this; FastAPI never parses again
-    return value
+    return loads_strict(body, max_values)
 
 
-class StrictJSONRoute(APIRoute):
-    """An APIRoute whose JSON body is read by :func:`read_json_body` first (POST routes)."""
+class StrictJSONRequest(Request):
+    """A request whose ``json()`` is :func:`read_json_body`, parsed once (FastAPI reads a route's
+    JSON body through ``json()``)."""
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-        if self.body_field is None:
-            return handler
+    max_values: int | None = None
+    _parsed: Any
+    _parsed_ok = False
 
-        async def strict_handler(request: Request) -> Response:
-            await read_json_body(request)
-            return await handler(request)
+    async def json(self) -> Any:
+        if not self._parsed_ok:
+            self._parsed = await read_json_body(self, self.max_values)
+            self._parsed_ok = True
+        return self._parsed
 
-        return strict_handler
+
+def strict_json_route(limits: Limits | None) -> type[APIRoute]:
+    """An APIRoute class whose POST routes read their JSON body strictly (:func:`read_json_body`)
+    before FastAPI validates it, counting values against ``limits.max_json_values`` (None: no
+    count)."""
+    counted = type("LimitedJSONRequest", (StrictJSONRequest,),
+                   {"max_values": limits.max_json_values if limits is not None else None})
+
+    class StrictJSONRoute(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handler = super().get_route_handler()
+            if self.body_field is None:
+                return handler
+
+            async def strict_handler(request: Request) -> Response:
+                strict = counted(request.scope, request.receive)
+                await strict.json()
+                return await handler(strict)
+
+            return strict_handler
+
+    return StrictJSONRoute

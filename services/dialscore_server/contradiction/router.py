@@ -5,17 +5,16 @@ No `from __future__ import annotations` here: FastAPI reads these annotations at
 
 from fastapi import APIRouter, Response
 
-from dialscore_server import metrics
-from dialscore_server.contract.backend import Backend
-from dialscore_server.contract.timing_headers import set_timing_headers
 from dialscore_server.contract.errors import error_responses
-from dialscore_server.contract.strict_json import StrictJSONRoute
+from dialscore_server.contract.strict_json import strict_json_route
+from dialscore_server.contract.timing_headers import set_reply_timing
 from dialscore_server.contradiction.protocol import ContradictionRequest, ContradictionResponse
+from dialscore_server.contradiction.serving import ClassifierBackend
 
 
-def build_router(gw: Backend) -> APIRouter:
+def build_router(gw: ClassifierBackend) -> APIRouter:
     """The routes, bound to the backend `gw` (nothing here imports the gateway)."""
-    router = APIRouter(route_class=StrictJSONRoute)
+    router = APIRouter(route_class=strict_json_route(gw.limits))
 
     @router.post("/v1/contradiction", response_model=ContradictionResponse,
                  summary="Does the last turn of each dialogue contradict its speaker's earlier turns?",
@@ -29,12 +28,10 @@ def build_router(gw: Backend) -> APIRouter:
     async def contradiction(body: ContradictionRequest, response: Response) -> ContradictionResponse:
         body.check_limits(gw.limits)
         model = gw.resolve(body.model, "classifier", "model")
-        reply = await gw.call(model, "detect", body.to_job())
+        reply = await gw.classifier(model).detect(body.to_job())
         results = reply.unwrap()
         card = await gw.card(model)
-        metrics.ITEMS.labels(model).inc(len(results))
-        metrics.BATCH_REQUESTS.labels(model).observe(reply.batch_requests)
-        set_timing_headers(response, reply.compute_s, reply.queue_s)
+        set_reply_timing(response, reply, tokenized=False)
         return ContradictionResponse.from_engine(body, results, model=model,
                                                  stand_in=card.stand_in, source=card.source,
                                                  revision=card.revision,

@@ -1,15 +1,15 @@
 """The gateway's FastAPI app: the routes of every endpoint on one ingress (no Ray here).
 
 Routes (version 1): GET /v1/models, POST /v1/nll, POST /v1/completions (OpenAI/vLLM shape),
-POST /v1/contradiction, POST /v1/rerank,
-POST /rerank (TEI shape), POST /v2/rerank (Cohere v2 shape), GET /healthz, GET /readyz, GET /metrics; OpenAPI docs at /docs. Each endpoint's
-routes live in its own `api_router.py` and reach the models through the
-:class:`~dialscore_server.contract.backend.Backend` they are given. Every error leaves as
-``{"error": {"type", "message", "param"}}`` (contract/errors.py); client input never produces a
+POST /v1/contradiction, POST /v1/rerank, POST /rerank (TEI shape), POST /v2/rerank (Cohere v2
+shape), GET /healthz, GET /readyz, GET /metrics; OpenAPI docs at /docs. Each endpoint's routes live
+in its own `router.py` and reach the models through the backend they are given. Every error leaves
+as ``{"error": {"type", "message", "param"}}`` (contract/errors.py); client input never produces a
 500.
 
-:func:`create_app` takes an :class:`Ingress`: the Serve gateway deployment
-(gateway/deployment.py) in production, an in-process stand-in over fake engines in tests.
+:func:`create_app` takes an :class:`Ingress`: a
+:class:`~dialscore_server.gateway.backend.ModelDirectory`, over typed Serve handles in the gateway
+deployment (gateway/deployment.py), over in-process servings in tests.
 """
 
 import asyncio
@@ -22,25 +22,29 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
 from dialscore_server import metrics
-from dialscore_server.contract.backend import Backend
 from dialscore_server.contract.errors import error_responses
 from dialscore_server.contradiction.router import build_router as contradiction_router
+from dialscore_server.contradiction.serving import ClassifierBackend
 from dialscore_server.gateway import http_errors
 from dialscore_server.gateway.body_limit import BodySizeLimit
 from dialscore_server.gateway.model_listing import ModelList, model_list
 from dialscore_server.gateway.observe import ObserveRequests
 from dialscore_server.gateway.openapi import install_openapi
-from dialscore_server.nll.router import build_router as nll_router
 from dialscore_server.nll.completions.router import build_router as completions_router
-from dialscore_server.rerank.router import build_router as rerank_router
+from dialscore_server.nll.router import build_router as nll_router
+from dialscore_server.nll.serving import NLLBackend
 from dialscore_server.rerank.cohere.router import build_router as cohere_rerank_router
+from dialscore_server.rerank.router import build_router as rerank_router
+from dialscore_server.rerank.serving import RerankBackend
 from dialscore_server.rerank.tei.router import build_router as tei_rerank_router
 
 
-class Ingress(Backend, Protocol):
-    """What the app needs of its gateway besides the routers' :class:`Backend`."""
+class Ingress(NLLBackend, ClassifierBackend, RerankBackend, Protocol):
+    """What the app needs of its gateway besides the routers' backends."""
 
     token: str | None
+    #: Seconds the whole body may take to arrive (None: no limit).
+    body_timeout_s: float | None
     #: Every served model by name, dialogue models first; and whether any is a classifier.
     model_names: list[str]
     has_classifiers: bool
@@ -65,9 +69,8 @@ def create_app(gw: Ingress) -> FastAPI:
                   description="Per-token NLL scoring of dialogue models, contradiction detection "
                   "and reranking. Errors: {\"error\": {\"type\", \"message\", \"param\"}}.")
     http_errors.install(app)
-    app.state.limits = gw.limits  # read by the strict JSON reader (max_json_values)
     app.add_middleware(BodySizeLimit, max_bytes=gw.limits.max_body_bytes,
-                       timeout_s=getattr(gw, "body_timeout", None))
+                       timeout_s=gw.body_timeout_s)
 
     # Outermost of the app's own middleware (added last): authorise, then count and time.
     known_paths: set[str] = set()

@@ -1,27 +1,23 @@
-"""HTTP wiring of POST /v1/nll (schemas in protocol.py, the work in engine.py/deployment.py).
+"""HTTP wiring of POST /v1/nll (schemas in protocol.py, the work in serving.py).
 
-The routes reach the models through the :class:`~dialscore_server.contract.backend.Backend` they
-are built with; nothing here imports the gateway.
+The route reaches the model through the :class:`NLLBackend` it is built with; nothing here
+imports the gateway.
 
 No `from __future__ import annotations` here: FastAPI reads these annotations at runtime.
 """
 
 from fastapi import APIRouter, Response
 
-from dialscore_server import metrics
-from dialscore_server.contract.backend import Backend
-from dialscore_server.contract.timing_headers import set_reply_timing
 from dialscore_server.contract.errors import error_responses
-from dialscore_server.contract.reply import Reply
-from dialscore_server.contract.strict_json import StrictJSONRoute
-from dialscore_server.nll.completions.choices import Completed
-from dialscore_server.nll.serving import Scored
+from dialscore_server.contract.strict_json import strict_json_route
+from dialscore_server.contract.timing_headers import set_reply_timing
 from dialscore_server.nll.protocol import NLLRequest, NLLResponse, NLLResultOut, Usage
+from dialscore_server.nll.serving import NLLBackend
 
 
-def build_router(gw: Backend) -> APIRouter:
+def build_router(gw: NLLBackend) -> APIRouter:
     """The routes, bound to the backend `gw`."""
-    router = APIRouter(route_class=StrictJSONRoute)
+    router = APIRouter(route_class=strict_json_route(gw.limits))
 
     @router.post("/v1/nll", response_model=NLLResponse,
                  openapi_extra={"x-cost-limits": ["max_request_tokens", "max_item_tokens"]},
@@ -33,12 +29,10 @@ def build_router(gw: Backend) -> APIRouter:
                                            "overloaded", "timeout", "model_error"))
     async def nll(body: NLLRequest, response: Response) -> NLLResponse:
         body.check_limits(gw.limits)
-        gw.resolve(body.model, "nll", "model")
-        reply: Reply[Scored] = await gw.call(body.model, "score",
-                                             [it.to_item() for it in body.items], body.return_tokens)
+        model = gw.resolve(body.model, "nll", "model")
+        reply = await gw.nll(model).score([it.to_item() for it in body.items], body.return_tokens)
         scored = reply.unwrap()
-        card = await gw.card(body.model)
-        record_batch(body.model, reply)
+        card = await gw.card(model)
         set_reply_timing(response, reply, tokenized=True)
         results = [
             NLLResultOut(
@@ -49,7 +43,7 @@ def build_router(gw: Backend) -> APIRouter:
             for i, r in enumerate(scored.results)
         ]
         return NLLResponse(
-            model=body.model, source=card.source or "", revision=card.revision,
+            model=model, source=card.source or "", revision=card.revision,
             stand_in=card.stand_in, append_eos=card.format.append_eos if card.format else True,
             results=results,
             usage=Usage(source_tokens=sum(r.source_tokens for r in scored.results),
@@ -57,18 +51,3 @@ def build_router(gw: Backend) -> APIRouter:
         )
 
     return router
-
-
-def record_batch(model: str, reply: "Reply[Scored] | Reply[Completed]") -> None:
-    """Count items and tokens; observe batch figures once per engine call (a completions reply
-    counts its prompts' scored items)."""
-    results = reply.unwrap().results
-    metrics.ITEMS.labels(model).inc(len(results))
-    metrics.TOKENS.labels(model, "source").inc(sum(r.source_tokens for r in results))
-    metrics.TOKENS.labels(model, "target").inc(sum(r.num_tokens for r in results))
-    for stats, requests in reply.batches:  # each engine call's stats come with one request
-        metrics.BATCH_SIZE.labels(model).observe(stats.items)
-        metrics.BATCH_REQUESTS.labels(model).observe(requests)
-        metrics.BATCH_TOKENS.labels(model).observe(stats.real_tokens)
-        metrics.PADDING_WASTE.labels(model).observe(stats.padding_waste)
-        metrics.REUSED_TOKENS.labels(model).inc(stats.reused_tokens)

@@ -19,7 +19,8 @@ from dialscore_server.contradiction.protocol import (
     turn_ids_and_speakers, unique_turn_ids,
 )
 from dialscore_server.rerank.engine.reranker import (
-    DEFAULT_CONTRADICTION_WEIGHT, DEFAULT_NLL_WEIGHT, RerankOutput, RerankResult, RerankWeights,
+    DEFAULT_CONTRADICTION_WEIGHT, DEFAULT_NLL_WEIGHT, RerankOptions, RerankOutput, RerankResult,
+    RerankWeights,
     candidate_speaker,
 )
 from dialscore_server.contract.errors import InputError
@@ -80,11 +81,11 @@ class RerankRequest(APIModel):
     def to_context(self) -> list[Turn]:
         return [t.to_turn() for t in self.context]
 
-    def engine_kwargs(self) -> dict:
-        """Keyword arguments of :meth:`Reranker.arerank` / ``rerank`` (all but `nll_fn`)."""
-        return dict(speaker=self.speaker, mode=self.mode, top_n=self.top_n,
-                    weights=self.weights.to_engine() if self.weights else None,
-                    threshold=self.threshold, evidence_threshold=self.evidence_threshold)
+    def options(self) -> RerankOptions:
+        """The reranker's settings for this request."""
+        return RerankOptions(speaker=self.speaker, mode=self.mode, top_n=self.top_n,
+                             weights=self.weights.to_engine() if self.weights else None,
+                             threshold=self.threshold, evidence_threshold=self.evidence_threshold)
 
     def texts(self) -> list[tuple[str, str]]:
         return ([(f"context[{j}].text", t.text) for j, t in enumerate(self.context)]

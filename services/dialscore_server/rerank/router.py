@@ -1,43 +1,19 @@
-"""HTTP wiring of POST /v1/rerank (the ecosystem shapes: `tei_router`, `cohere_router`).
+"""HTTP wiring of POST /v1/rerank (the ecosystem shapes: `tei/router.py`, `cohere/router.py`).
 
 No `from __future__ import annotations` here: FastAPI reads these annotations at runtime.
 """
 
-from typing import Any
-
 from fastapi import APIRouter, Response
 
-from dialscore_server.contract.backend import Backend
-from dialscore_server.contract.errors import error_responses
-from dialscore_server.contract.strict_json import StrictJSONRoute
+from dialscore_server.contract.strict_json import strict_json_route
 from dialscore_server.contract.timing_headers import set_reply_timing
-from dialscore_server.rerank.engine.reranker import require_candidate_turn
+from dialscore_server.rerank.http import ERRORS
 from dialscore_server.rerank.protocol import RerankRequest, RerankResponse, RerankUsage
+from dialscore_server.rerank.serving import RerankBackend, RerankCall
 
-ERRORS = error_responses("invalid_request", "unknown_model", "payload_too_large", "overloaded",
-                         "timeout", "model_error")
-
-
-async def run_query_rerank(gw: Backend, body, response: Response) -> Any:
-    """Rerank for a query-shaped request (TEI, Cohere): resolve `body.model`, then refuse a query
-    with no earlier turn of the candidates' speaker (422 naming ``query``), then rerank and write
-    the timing headers and ``x-model-revision`` (the classifier's revision) on `response`."""
-    detector = gw.resolve(body.model, "classifier", "model")
-    context = body.to_context()
-    require_candidate_turn(context, "query")
-    reply = await gw.call_rerank(context, body.candidates, body.engine_kwargs(), detector, None)
-    out = reply.unwrap()
-    set_reply_timing(response, reply, tokenized=False)
-    # The ecosystem shapes have no field for it: the classifier's revision travels as a header.
-    revision = (await gw.card(detector)).revision
-    if revision:
-        response.headers["x-model-revision"] = revision
-    return out
-
-
-def build_router(gw: Backend) -> APIRouter:
+def build_router(gw: RerankBackend) -> APIRouter:
     """The routes, bound to the backend `gw` (nothing here imports the gateway)."""
-    router = APIRouter(route_class=StrictJSONRoute)
+    router = APIRouter(route_class=strict_json_route(gw.limits))
 
     @router.post("/v1/rerank", response_model=RerankResponse, responses=ERRORS,
                  openapi_extra={"x-cost-limits": ["max_request_pairs", "max_request_tokens",
@@ -55,8 +31,8 @@ def build_router(gw: Backend) -> APIRouter:
         if body.nll_model is not None:
             gw.resolve(body.nll_model, "nll", "nll_model")
         body.require_something_to_contradict()
-        reply = await gw.call_rerank(body.to_context(), body.candidates, body.engine_kwargs(),
-                                     detector, body.nll_model)
+        reply = await gw.reranker().rerank(RerankCall(body.to_context(), body.candidates,
+                                                      body.options(), detector, body.nll_model))
         out = reply.unwrap()
         set_reply_timing(response, reply, tokenized=body.nll_model is not None)
         card = await gw.card(detector)

@@ -1,0 +1,20 @@
+"""The scheduling layer of a model replica: how requests share its engine.
+
+One request's path, called one way, top to bottom:
+
+1. :class:`~.serving.ChunkedServing` admits the request off the event loop (the endpoint's
+   ``admit``: validate, tokenize, cut into :class:`~.chunks.Chunk` objects), waiting for requests
+   admitted at the same moment (:mod:`.arrivals`);
+2. :func:`~.turns.take_turns` hands the chunks to the replica's runner one after the other, each
+   as soon as the previous one's engine call begins (:mod:`.runners`: one chunk per call
+   in-process, Ray Serve's ``@serve.batch`` in a replica), so each engine call merges one chunk of
+   every waiting request;
+3. the runner's engine call runs on the replica's one :class:`~.engine_thread.EngineThread`,
+   accounted by the :class:`~.ledger.WorkLedger` (work done, dropped, wasted; engine time and the
+   share nobody waited for), under a :class:`~.cancellation.CallGuard` that leaves cancelled
+   requests' items out of the passes not yet run;
+4. the endpoint's ``run`` computes the merged chunks in forward passes the engine plans with
+   :mod:`.planner` (token budgets, shared prefixes).
+
+Nothing here imports Ray or torch at module import; endpoints supply only ``admit`` and ``run``.
+"""

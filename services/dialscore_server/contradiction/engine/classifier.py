@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 from dialscore_server.scheduling.planner import BatchStats, pack
 from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_threads
 from dialscore_server.checkpoints.registry import ModelConfig
-from dialscore_server.scheduling.cancellation import CallGuard, LayerChecks, PassAbandoned
+from dialscore_server.scheduling.cancellation import CallGuard
 
 #: Padded tokens per classifier forward pass when none is given (serving.token_budget overrides).
 DEFAULT_TOKEN_BUDGET = 4096
@@ -155,7 +155,6 @@ class NLIPairClassifier:
         self.config = config
         self.loaded = loaded or load_model(config)
         self.model = self.loaded.model
-        self.layer_checks = LayerChecks(self.model)
         self.tokenizer = self.loaded.tokenizer
         self.token_budget = token_budget
         id2label = getattr(self.model.config, "id2label", None)
@@ -253,9 +252,8 @@ class NLIPairClassifier:
         """Classify encoded rows in token-budget batches; identical rows are computed once.
 
         With a `guard` over the pairs' indices (:mod:`dialscore_server.scheduling.cancellation`), whether a
-        pair is still wanted is asked before every pass and before every layer of a running one:
-        a row none of whose pairs is wanted any more is left out of the passes not yet run and
-        its pairs get NaN probabilities; the guard's clock gets each pair's share of the pass
+        pair is still wanted is asked before every pass: a row none of whose pairs is wanted any
+        more is left out of the passes not yet run and its pairs get NaN probabilities; the guard's clock gets each pair's share of the pass
         time (a row shared by identical pairs splits its share among them)."""
         import torch
 
@@ -276,7 +274,7 @@ class NLIPairClassifier:
         stats.unique_pairs = len(rows)
         probs: list[list[float] | None] = [None] * len(rows)
         device = self.loaded.device
-        guard = (guard or CallGuard()).over(owners, self.layer_checks)
+        guard = (guard or CallGuard()).over(owners)
         with torch.inference_mode():
             for planned in self._plan(rows):
                 batch = guard.keep(planned)
@@ -295,14 +293,9 @@ class NLIPairClassifier:
                 inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
                 if self.use_token_types:
                     inputs["token_type_ids"] = types.to(device)
-                try:
-                    with guard.forward(batch, [r.cost for r in chosen], shed=True) as watch:
-                        logits = self.model(**inputs).logits.float()
-                except PassAbandoned:
-                    continue
-                # Rows nobody wanted any more may have left the pass (watch.kept: those still in).
-                rows_out = [batch[p] for p in watch.kept]
-                for i, p in zip(rows_out, torch.softmax(logits, dim=-1).tolist()):
+                with guard.forward(batch, [r.cost for r in chosen]):
+                    logits = self.model(**inputs).logits.float()
+                for i, p in zip(batch, torch.softmax(logits, dim=-1).tolist()):
                     probs[i] = p
                 stats.batches += 1
                 stats.forward_passes += 1

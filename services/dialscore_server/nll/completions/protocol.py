@@ -5,7 +5,7 @@ What is served: ``echo``, ``logprobs`` (top-k alternatives per position, at most
 :data:`MAX_LOGPROBS`, as vLLM's default ``max_logprobs``), ``max_tokens`` 0 (the prompt's
 log-probs) or 1 (plus the single greedy, argmax, next token), ``prompt`` as a text, a list of
 texts, a list of token ids or a list of such lists (one choice per prompt, in order). The numbers
-are those of POST /v1/nll's engine: see :mod:`dialscore_server.nll.completions.choices` for which tokens
+are those of POST /v1/nll's engine: see :mod:`dialscore_server.nll.completions.serving` for which tokens
 are scored.
 
 What is refused (422 naming the field): ``max_tokens`` > 1 or omitted (OpenAI's default is 16: no
@@ -29,7 +29,7 @@ from pydantic import ConfigDict, Field
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.limits import Limits, item_token_bound, too_costly, too_many
 from dialscore_server.contract.schema import APIModel, Text, limited
-from dialscore_server.nll.completions.choices import CompletionChoice
+from dialscore_server.nll.completions.serving import CompletionCall, CompletionChoice
 
 #: Most alternatives per position (`logprobs`); vLLM's default `max_logprobs` (OpenAI allows 5).
 MAX_LOGPROBS = 20
@@ -95,6 +95,11 @@ class CompletionRequest(APIModel):
     @property
     def generate(self) -> bool:
         return self.max_tokens == 1
+
+    def to_call(self) -> CompletionCall:
+        """The call the NLL serving answers for this request."""
+        return CompletionCall(self.prompts, self.prompt_params, self.echo, self.generate,
+                              self.logprobs)
 
     def check(self) -> None:
         """Raise a 422 naming the field for what this route does not do."""

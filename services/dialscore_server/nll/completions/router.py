@@ -1,26 +1,23 @@
-"""HTTP wiring of POST /v1/completions (schemas: `completions_protocol`; the work:
-`completions` on the NLL deployment, the same batched engine as POST /v1/nll).
+"""HTTP wiring of POST /v1/completions (schemas: `protocol`; the work: `serving`, on the NLL
+serving, the same batched engine as POST /v1/nll).
 
 No `from __future__ import annotations` here: FastAPI reads these annotations at runtime.
 """
 
 from fastapi import APIRouter, Response
 
-from dialscore_server.contract.backend import Backend
 from dialscore_server.contract.errors import InputError, error_responses
-from dialscore_server.contract.reply import Reply
-from dialscore_server.contract.strict_json import StrictJSONRoute
+from dialscore_server.contract.strict_json import strict_json_route
 from dialscore_server.contract.timing_headers import set_reply_timing
-from dialscore_server.nll.router import record_batch
-from dialscore_server.nll.completions.choices import Completed
 from dialscore_server.nll.completions.protocol import (
     MAX_LOGPROBS, CompletionRequest, CompletionResponse,
 )
+from dialscore_server.nll.serving import NLLBackend
 
 
-def build_router(gw: Backend) -> APIRouter:
+def build_router(gw: NLLBackend) -> APIRouter:
     """The route, bound to the backend `gw`."""
-    router = APIRouter(route_class=StrictJSONRoute)
+    router = APIRouter(route_class=strict_json_route(gw.limits))
 
     @router.post("/v1/completions", response_model=CompletionResponse,
                  openapi_extra={"x-cost-limits": ["max_request_tokens", "max_item_tokens"]},
@@ -35,17 +32,14 @@ def build_router(gw: Backend) -> APIRouter:
     async def completions(body: CompletionRequest, response: Response) -> CompletionResponse:
         body.check()
         body.check_limits(gw.limits)
-        gw.resolve(body.model, "nll", "model")
-        card = await gw.card(body.model)
+        model = gw.resolve(body.model, "nll", "model")
+        card = await gw.card(model)
         if card.family != "causal":
-            raise InputError(f"model {body.model!r} is {card.family} (encoder-decoder); "
+            raise InputError(f"model {model!r} is {card.family} (encoder-decoder); "
                              "completions need a decoder-only (causal) model", "model")
-        reply: Reply[Completed] = await gw.call(
-            body.model, "complete", body.prompts, body.prompt_params, body.echo, body.generate,
-            body.logprobs)
+        reply = await gw.nll(model).complete(body.to_call())
         done = reply.unwrap()
-        record_batch(body.model, reply)
         set_reply_timing(response, reply, tokenized=True)
-        return CompletionResponse.build(body.model, done.choices)
+        return CompletionResponse.build(model, done.choices)
 
     return router

@@ -34,7 +34,7 @@ Contract (spec section 1). For a source S and a target T whose scored tokens are
   vocabulary projection itself also runs in float32 (upcast final hidden state, float32 copy of the
   output embedding), so logits are not rounded to 8 or 11 mantissa bits.
 * **Alternatives.** An item encoded with ``top_k > 0`` (POST /v1/completions' prompts, see
-  :mod:`~dialscore_server.nll.completions.choices`) also gets, at every scored position, its ``top_k``
+  :mod:`~dialscore_server.nll.completions.serving`) also gets, at every scored position, its ``top_k``
   most probable tokens from the same float32 log-softmax chunk; items without keep the plain
   projection, bit for bit.
 
@@ -58,7 +58,7 @@ from dialscore_server.scheduling.planner import (
 )
 from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_threads
 from dialscore_server.checkpoints.registry import ModelConfig
-from dialscore_server.scheduling.cancellation import CallGuard, LayerChecks, PassAbandoned
+from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLEncoder, NLLItem
 from dialscore_server.nll.engine.forward import ForwardPasses
 from dialscore_server.nll.engine.prompts import encode_prompt
@@ -177,7 +177,6 @@ class NLLEngine:
             pad_id=tok.pad_token_id if tok.pad_token_id is not None else self.encoder.eos_id,
             decoder_prefix=self.encoder.decoder_prefix, window=config.max_length,
             project=self.projection)
-        self.layer_checks = LayerChecks(self.model)
 
     # ----------------------------------------------------------------------------- lifecycle
     @classmethod
@@ -242,11 +241,10 @@ class NLLEngine:
                       ) -> tuple[list[NLLResult | None], BatchStats]:
         """Score already encoded items in token-budget batches; results keep the input order.
 
-        With a `guard` over the items' indices (:mod:`dialscore_server.scheduling.cancellation`), whether an
-        item is still wanted is asked before every forward pass and, through the model's layer
-        checks, before every layer of a running one: items no longer wanted are left out of the
-        passes not yet run and get None, every other item's numbers are the same as without, and
-        the guard's clock gets each item's share of the pass time. Without a guard (or one nobody
+        With a `guard` over the items' indices (:mod:`dialscore_server.scheduling.cancellation`),
+        whether an item is still wanted is asked before every forward pass: items no longer wanted
+        are left out of the passes not yet run and get None, every other item's numbers are the
+        same as without, and the guard's clock gets each item's share of the pass time. Without a guard (or one nobody
         can cancel) every item is scored: no None."""
         import torch
 
@@ -262,7 +260,7 @@ class NLLEngine:
         stats.item_tokens = sum(e.cost + dec_extra for e in encoded)
         stats.target_tokens = sum(len(e.target_ids) for e in encoded)
         stats.truncated = sum(e.truncated for e in encoded)
-        guard = (guard or CallGuard()).over(None, self.layer_checks)
+        guard = (guard or CallGuard()).over(None)
 
         def finish(batch: Sequence[int], logprobs: Sequence[list[float] | None]) -> None:
             for i, lp in zip(batch, logprobs):
@@ -301,15 +299,11 @@ class NLLEngine:
                 if not batch:
                     continue
                 rows = [encoded[i] for i in batch]
-                try:
-                    with guard.forward(batch, [r.cost for r in rows]):
-                        if causal:
-                            logprobs = self.passes.causal(rows, stats)
-                        else:
-                            logprobs = self.passes.seq2seq(rows, stats,
-                                                           encode_once=self.prefix_reuse)
-                except PassAbandoned:
-                    continue
+                with guard.forward(batch, [r.cost for r in rows]):
+                    if causal:
+                        logprobs = self.passes.causal(rows, stats)
+                    else:
+                        logprobs = self.passes.seq2seq(rows, stats, encode_once=self.prefix_reuse)
                 finish(batch, logprobs)
         return results, stats
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dialscore_server.scheduling.planner import KV_BUDGET_FACTOR, BatchStats, SharedPrefixGroup, chunk_passes
-from dialscore_server.scheduling.cancellation import CallGuard, PassAbandoned
+from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.nll.engine.encoding import EncodedItem
 from dialscore_server.nll.engine.prefix_cache import expanded_prefix_cache
 
@@ -146,8 +146,8 @@ class ForwardPasses:
         cache, then every item's continuation against its group's cached prefix.
 
         With a `guard`, every pass runs in ``guard.forward`` and a continuation pass keeps only the
-        items still wanted when it is formed; an item not computed to the end (dropped, or its
-        pass abandoned) gets None instead of its log-probabilities.
+        items still wanted when it is formed; an item left out of its continuation gets None
+        instead of its log-probabilities.
 
         Prefix pass: the groups' prefixes, right-padded, ``use_cache=True``. Target tokens whose
         predicting position lies inside the prefix (always the first one when the prefix is the
@@ -180,12 +180,9 @@ class ForwardPasses:
         order = [i for g in unit for i in g.items]
         # Right-padded prefixes: no padding mask needed (see `causal`); the continuation passes
         # below mask the prefix padding, which there lies before real positions.
-        try:
-            with guard.forward(order, [g.length / len(g.items) for g in unit for _ in g.items]):
-                out = self.model.base_model(input_ids=ids.to(device), attention_mask=None,
-                                            use_cache=True)
-        except PassAbandoned:
-            return [None] * len(order)
+        with guard.forward(order, [g.length / len(g.items) for g in unit for _ in g.items]):
+            out = self.model.base_model(input_ids=ids.to(device), attention_mask=None,
+                                        use_cache=True)
 
         # Targets predicted from inside the prefix; the rest continue below.
         want = any(encoded[i].top_k for i in order)
@@ -246,16 +243,12 @@ class ForwardPasses:
             stats.forward_passes += 1
             group_rows = torch.tensor([k for _, k, _ in chunk], device=device)
             attention = torch.cat([mask.index_select(0, group_rows), c_mask.to(device)], dim=1)
-            try:
-                with guard.forward([i for i, _, _ in chunk],
-                                   [len(seqs[i]) - p for i, _, p in chunk]):
-                    hidden = self.model.base_model(
-                        input_ids=c_ids.to(device), attention_mask=attention,
-                        position_ids=c_pos.to(device),
-                        past_key_values=expanded_prefix_cache(kv, group_rows), use_cache=True,
-                    ).last_hidden_state
-            except PassAbandoned:
-                continue
+            with guard.forward([i for i, _, _ in chunk], [len(seqs[i]) - p for i, _, p in chunk]):
+                hidden = self.model.base_model(
+                    input_ids=c_ids.to(device), attention_mask=attention,
+                    position_ids=c_pos.to(device),
+                    past_key_values=expanded_prefix_cache(kv, group_rows), use_cache=True,
+                ).last_hidden_state
             if targets:
                 flat = self._project(
                     hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)],

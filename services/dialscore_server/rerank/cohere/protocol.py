@@ -32,7 +32,9 @@ from pydantic import ConfigDict, Field
 from dialscore_server.contradiction.engine.pairing import Turn
 from dialscore_server.contract.limits import Limits
 from dialscore_server.contract.schema import APIModel, Text, UnlimitedText, limited
-from dialscore_server.rerank.engine.reranker import QUERY_CANDIDATE_SPEAKER, RerankOutput, query_context
+from dialscore_server.rerank.engine.reranker import (
+    QUERY_CANDIDATE_SPEAKER, RerankOptions, RerankOutput, query_context,
+)
 from dialscore_server.rerank.protocol import check_query_rerank
 
 
@@ -60,9 +62,9 @@ class CohereRerankRequest(APIModel):
     def to_context(self) -> list[Turn]:
         return query_context(self.query)
 
-    def engine_kwargs(self) -> dict:
-        """Keyword arguments of :meth:`Reranker.arerank`: documents are speaker ``"A"``'s."""
-        return dict(speaker=QUERY_CANDIDATE_SPEAKER, top_n=self.top_n)
+    def options(self) -> RerankOptions:
+        """The reranker's settings: documents are speaker ``"A"``'s."""
+        return RerankOptions(speaker=QUERY_CANDIDATE_SPEAKER, top_n=self.top_n)
 
     def check_limits(self, limits: Limits) -> None:
         """Raise ``payload_too_large`` (413) naming the field for a request over `limits` (NLI

@@ -1,19 +1,19 @@
-"""HTTP wiring of Cohere's POST /v2/rerank (schemas: `cohere_protocol`).
+"""HTTP wiring of Cohere's POST /v2/rerank (schemas: `protocol`).
 
 No `from __future__ import annotations` here: FastAPI reads these annotations at runtime.
 """
 
 from fastapi import APIRouter, Response
 
-from dialscore_server.contract.backend import Backend
-from dialscore_server.contract.strict_json import StrictJSONRoute
-from dialscore_server.rerank.router import ERRORS, run_query_rerank
+from dialscore_server.contract.strict_json import strict_json_route
+from dialscore_server.rerank.http import ERRORS, run_query_rerank
+from dialscore_server.rerank.serving import RerankBackend
 from dialscore_server.rerank.cohere.protocol import CohereRerankRequest, CohereRerankResponse
 
 
-def build_router(gw: Backend) -> APIRouter:
+def build_router(gw: RerankBackend) -> APIRouter:
     """The route, bound to the backend `gw`."""
-    router = APIRouter(route_class=StrictJSONRoute)
+    router = APIRouter(route_class=strict_json_route(gw.limits))
 
     @router.post("/v2/rerank", response_model=CohereRerankResponse, responses=ERRORS,
                  openapi_extra={"x-cost-limits": ["max_request_pairs"]},

@@ -58,7 +58,7 @@ import asyncio
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from dialscore_server.contradiction.engine.engine import ContradictionDetector
@@ -134,6 +134,23 @@ class RerankOutput:
     weights: RerankWeights
     speaker: Speaker
     mode: Mode
+
+
+@dataclass(frozen=True)
+class RerankOptions:
+    """A request's settings of :meth:`Reranker.arerank` (every keyword argument but `nll_fn`);
+    each field's default is the documented one."""
+
+    speaker: Speaker | None = None
+    mode: Mode = "structured"
+    weights: RerankWeights | None = None
+    top_n: int | None = None
+    threshold: float = DEFAULT_THRESHOLD
+    evidence_threshold: float | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        """The options as :meth:`Reranker.arerank` keyword arguments."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def candidate_speaker(context: Sequence[Turn], speaker: Speaker | None = None) -> Speaker:

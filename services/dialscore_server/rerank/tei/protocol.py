@@ -34,7 +34,9 @@ from dialscore_server.contradiction.engine.pairing import Turn
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.limits import Limits
 from dialscore_server.contract.schema import APIModel, Text, UnlimitedText, limited
-from dialscore_server.rerank.engine.reranker import QUERY_CANDIDATE_SPEAKER, RerankOutput, query_context
+from dialscore_server.rerank.engine.reranker import (
+    QUERY_CANDIDATE_SPEAKER, RerankOptions, RerankOutput, query_context,
+)
 from dialscore_server.rerank.protocol import check_query_rerank
 
 
@@ -90,10 +92,10 @@ class TEIRerankRequest(APIModel):
     def to_context(self) -> list[Turn]:
         return query_context(self.query)
 
-    def engine_kwargs(self) -> dict:
-        """Keyword arguments of :meth:`Reranker.arerank` / ``rerank``: the candidates are the
-        query's speaker ``"A"``'s; structured mode, default weights and thresholds, no NLL."""
-        return dict(speaker=QUERY_CANDIDATE_SPEAKER)
+    def options(self) -> RerankOptions:
+        """The reranker's settings: the candidates are the query's speaker ``"A"``'s;
+        structured mode, default weights and thresholds, no NLL."""
+        return RerankOptions(speaker=QUERY_CANDIDATE_SPEAKER)
 
     def check_limits(self, limits: Limits) -> None:
         """The options (:meth:`check_options`), then the limits, NLI pairs included (413 naming

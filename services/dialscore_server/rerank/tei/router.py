@@ -1,4 +1,4 @@
-"""HTTP wiring of text-embeddings-inference's POST /rerank (schemas: `tei_protocol`).
+"""HTTP wiring of text-embeddings-inference's POST /rerank (schemas: `protocol`).
 
 No `from __future__ import annotations` here: FastAPI reads these annotations at runtime.
 """
@@ -6,15 +6,15 @@ No `from __future__ import annotations` here: FastAPI reads these annotations at
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
-from dialscore_server.contract.backend import Backend
-from dialscore_server.contract.strict_json import StrictJSONRoute
-from dialscore_server.rerank.router import ERRORS, run_query_rerank
+from dialscore_server.contract.strict_json import strict_json_route
+from dialscore_server.rerank.http import ERRORS, run_query_rerank
+from dialscore_server.rerank.serving import RerankBackend
 from dialscore_server.rerank.tei.protocol import TEIRerankRequest, TEIRerankResponse, tei_results
 
 
-def build_router(gw: Backend) -> APIRouter:
+def build_router(gw: RerankBackend) -> APIRouter:
     """The route, bound to the backend `gw`."""
-    router = APIRouter(route_class=StrictJSONRoute)
+    router = APIRouter(route_class=strict_json_route(gw.limits))
 
     @router.post("/rerank", response_model=TEIRerankResponse, responses=ERRORS,
                  openapi_extra={"x-cost-limits": ["max_request_pairs"]},

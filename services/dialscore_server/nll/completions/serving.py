@@ -1,5 +1,7 @@
-"""OpenAI's completions answer (``choices[i]``, ``logprobs``) from NLL engine results, without
-model code. Which prompt tokens are scored: :mod:`dialscore_server.nll.engine.prompts`.
+"""POST /v1/completions on the NLL serving, without model code: the call a router makes
+(:class:`CompletionCall`), its prompts as NLL items, and OpenAI's answer (``choices[i]``,
+``logprobs``) from the engine's results. Which prompt tokens are scored:
+:mod:`dialscore_server.nll.engine.prompts`.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from dialscore_server.contract.errors import InputError
 from dialscore_server.nll.engine.encoding import EncodedItem
 from dialscore_server.nll.engine.engine import NLLResult
 
@@ -16,6 +19,36 @@ class Decoder(Protocol):
     def decode(self, ids: Sequence[int]) -> str: ...
 
     def token_strings(self, ids: Sequence[int]) -> list[str]: ...
+
+
+class PromptEncoder(Protocol):
+    def encode_prompt(self, prompt: str | Sequence[int], append_next: bool, top_k: int
+                      ) -> EncodedItem: ...
+
+
+@dataclass(frozen=True)
+class CompletionCall:
+    """One POST /v1/completions for the NLL serving: the `prompts` (texts or token ids), the
+    field path naming each in errors (`params`, e.g. ``prompt[2]``), whether to `echo` the prompt,
+    whether to `generate` the greedy next token (``max_tokens: 1``), and `logprobs` (None, or how
+    many alternatives per position)."""
+
+    prompts: list[str | list[int]]
+    params: list[str]
+    echo: bool
+    generate: bool
+    logprobs: int | None
+
+    def encode(self, engine: PromptEncoder) -> list[EncodedItem]:
+        """Every prompt as an item; an InputError names the prompt's field (or ``model``)."""
+        top_k = max(self.logprobs or 0, 1)  # the greedy token and echo's top_logprobs need >= 1
+        out = []
+        for prompt, param in zip(self.prompts, self.params):
+            try:
+                out.append(engine.encode_prompt(prompt, self.generate, top_k))
+            except InputError as exc:
+                raise (exc if exc.param == "model" else exc.within(param)) from None
+        return out
 
 
 @dataclass
@@ -48,18 +81,16 @@ class CompletionChoice:
 
 @dataclass
 class Completed:
-    """The value of a completions reply: one choice per prompt, and the engine results (for
-    metrics; an empty list where a one-token prompt had nothing to score)."""
+    """The value of a completions reply: one choice per prompt, in order."""
 
     choices: list[CompletionChoice]
-    results: list[NLLResult]
 
 
 def build_choice(prompt: str | Sequence[int], item: EncodedItem, result: NLLResult | None, *,
-                 echo: bool, generate: bool, logprobs: int | None, decoder: Decoder
-                 ) -> CompletionChoice:
-    """OpenAI's choice for one prompt from its item and engine result (None when the prompt had
-    a single token and nothing was generated)."""
+                 call: CompletionCall, decoder: Decoder) -> CompletionChoice:
+    """OpenAI's choice for one prompt of `call` from its item and engine result (None when the
+    prompt had a single token and nothing was generated)."""
+    echo, generate, logprobs = call.echo, call.generate, call.logprobs
     prompt_ids = list(item.source_ids) + list(item.target_ids[:len(item.target_ids) - int(generate)])
     scored: list[tuple[int, float | None, dict[int, float] | None]] = []
     if echo:

@@ -1,38 +1,37 @@
-"""The rerank deployment's reply times add up its detector and NLL calls (what the rerank routes'
-timing headers report), run in-process over handles that answer with known times (no Ray)."""
+"""The rerank serving's reply times add up its classifier and NLL calls (what the rerank routes'
+timing headers report), run in-process over services that answer with known times (no Ray)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from fake_api import LocalHandle
-
-from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult, Turn
 from dialscore_server.contract.reply import Reply
+from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult, Turn
 from dialscore_server.nll.engine.engine import NLLResult
 from dialscore_server.nll.serving import Scored
-from dialscore_server.rerank.deployment import RerankDeployment
+from dialscore_server.rerank.engine.reranker import RerankOptions
+from dialscore_server.rerank.serving import RerankCall, RerankServing
 
 
 class TimedDetector:
-    def detect(self, job: DetectionJob) -> Reply[list[DetectionResult]]:
+    async def detect(self, job: DetectionJob) -> Reply[list[DetectionResult]]:
         return Reply(value=[DetectionResult(False, 0.25, (), 1) for _ in job.dialogues],
                      compute_s=0.25, queue_s=0.125)
 
 
 class TimedNLL:
-    def score(self, items) -> Reply[Scored]:
+    async def score(self, items, return_tokens: bool = False) -> Reply[Scored]:
         return Reply(value=Scored([NLLResult(2.0, [2.0], [7], 1, 3, False) for _ in items]),
                      compute_s=0.5, queue_s=0.0, tokenize_s=0.0625)
 
 
 def test_rerank_reply_times_add_up_the_detector_and_nll_calls():
-    deployment = RerankDeployment.func_or_class({"nli": LocalHandle(TimedDetector())},
-                                                {"gpt": LocalHandle(TimedNLL())})
+    serving = RerankServing({"nli": TimedDetector()}, {"gpt": TimedNLL()})
     context = [Turn("A", "I love dogs.", 0), Turn("B", "Do you?", 1)]
 
     async def go(nll_model):
-        return await deployment.rerank(context, ["Yes.", "No."], {"speaker": "A"}, "nli", nll_model)
+        return await serving.rerank(RerankCall(context, ["Yes.", "No."], RerankOptions(speaker="A"),
+                                               "nli", nll_model))
 
     alone = asyncio.run(go(None))
     assert alone.error is None

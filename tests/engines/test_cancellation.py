@@ -1,8 +1,9 @@
-"""Engine calls that stop computing what nobody waits for (dialscore_server.scheduling.cancellation).
+"""Engine calls that stop computing what nobody waits for, between forward passes
+(dialscore_server.scheduling.cancellation).
 
 The engines are real (stand-in checkpoints, weights re-initialised at std 0.3 so numbers vary by
-token); "cancelling" is a guard whose `wanted` turns false at a chosen forward pass or layer,
-counted by hooks on the model, so every check is deterministic (no timing).
+token); "cancelling" is a guard whose `wanted` turns false at a chosen forward pass, counted by
+hooks on the model, so every check is deterministic (no timing).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dialscore_server.contradiction.engine.classifier import NLIPairClassifier
 from dialscore_server.contradiction.engine.engine import ContradictionDetector
 from dialscore_server.contradiction.engine.pairing import DetectionJob, Turn
 from dialscore_server.contradiction.serving import ContradictionServing
-from dialscore_server.scheduling.cancellation import CallGuard, LayerChecks
+from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.nll.engine.encoding import EncodedItem
 from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.serving import NLLServing
@@ -56,13 +57,6 @@ def items(vocab: int, groups: int, seed: int = 0) -> list[EncodedItem]:
     return out
 
 
-def test_layer_checks_find_every_transformer_layer(gpt2, nli, stand_in_registry):
-    assert LayerChecks(gpt2.model).layers == gpt2.model.config.n_layer
-    assert LayerChecks(nli.model).layers == nli.model.config.num_hidden_layers
-    bart = load_model(stand_in_registry.get("bart-base")).model
-    assert LayerChecks(bart).layers == bart.config.encoder_layers + bart.config.decoder_layers
-
-
 @pytest.mark.parametrize("reuse", [True, False])
 def test_items_dropped_between_passes_are_never_computed_and_the_rest_are_unchanged(gpt2, reuse):
     engine = NLLEngine(gpt2.config, loaded=gpt2, token_budget=256, prefix_reuse=reuse,
@@ -94,24 +88,6 @@ def test_items_dropped_between_passes_are_never_computed_and_the_rest_are_unchan
     assert sum(guard.seconds.values()) > 0
 
 
-def test_a_pass_nobody_wants_stops_at_the_next_layer(gpt2):
-    engine = NLLEngine(gpt2.config, loaded=gpt2, prefix_reuse=False, num_threads=1)
-    encoded = items(gpt2.model.config.vocab_size, groups=2)
-    layers = []  # registered after the engine's checks, so each layer's check runs first
-    for block in engine.model.transformer.h:
-        block.register_forward_pre_hook(lambda *_: layers.append(1))
-    engine.score_encoded(encoded)
-    assert len(layers) == gpt2.model.config.n_layer >= 2  # one pass holds every item
-
-    layers.clear()
-    guard = CallGuard(lambda i: len(layers) < 1)  # given up once the first layer has run
-    got, _ = engine.score_encoded(encoded, guard)
-    assert got == [None] * len(encoded)
-    assert guard.abandoned_passes == 1
-    assert len(layers) == 1  # the second layer never ran
-    assert sum(guard.seconds.values()) > 0  # the partial pass is charged to its items
-
-
 def test_the_classifier_leaves_out_pairs_nobody_wants(nli):
     clf = NLIPairClassifier(nli.config, nli, token_budget=160, num_threads=1)
     rng = random.Random(1)
@@ -136,9 +112,10 @@ def test_the_classifier_leaves_out_pairs_nobody_wants(nli):
 
 
 def test_a_request_cancelled_mid_call_stops_the_engine_and_counts_only_what_ran(gpt2):
-    """Served path: a request of one large chunk is cancelled while its engine call runs (from
-    the second forward pass on, nobody wants it); the call stops computing it, the ledger counts
-    part of the call as wasted, and a request merged into the same call is answered in full."""
+    """Served path: a request of one large chunk is cancelled while its engine call runs (when
+    its second forward pass begins); the call leaves it out of the passes after that one, the
+    ledger counts part of the call as wasted, and a request merged into the same call is
+    answered in full."""
     engine = NLLEngine(gpt2.config, loaded=gpt2, token_budget=256, prefix_reuse=False,
                        num_threads=1)
     serving = NLLServing(engine, max_batch_tokens=100_000, chunk_tokens=100_000)
@@ -147,73 +124,73 @@ def test_a_request_cancelled_mid_call_stops_the_engine_and_counts_only_what_ran(
     engine.model.base_model.register_forward_pre_hook(lambda *_: passes.append(1))
 
     def call(cancel_at: int | None):
-        large = serving._chunks(items(vocab, groups=8, seed=1))
-        small = serving._chunks(items(vocab, groups=1, seed=2)[:3])
+        large = serving._works(items(vocab, groups=8, seed=1))
+        small = serving._works(items(vocab, groups=1, seed=2)[:3])
         assert len(large) == 1 and len(small) == 1
         passes.clear()
 
         def on_pass(*_):
-            if len(passes) == cancel_at:  # what run_in_turn does when its caller is cancelled
+            if len(passes) == cancel_at:  # what take_turns does when its caller is cancelled
                 large[0].cancelled_at = time.perf_counter()
                 large[0].cancelled = True
 
         handle = engine.model.base_model.register_forward_pre_hook(on_pass)
         try:
-            return serving.run(large + small), len(passes), small
+            return serving.chunks.call(large + small), len(passes), small
         finally:
             handle.remove()
 
     (full_large, full_small), full_passes, _ = call(None)
-    before = serving.ledger.stats.snapshot()
+    before = serving.chunks.ledger.stats.snapshot()
     assert before["wasted_s"] == 0
     (cut_large, cut_small), cut_passes, small = call(2)
-    assert cut_large.error is not None and cut_small.error is None
+    assert cut_large.value is None and cut_small.value is not None
     assert cut_passes < full_passes
-    for a, b in zip(cut_small.value.results, full_small.value.results):
+    for a, b in zip(cut_small.value, full_small.value):
         assert a.nll == pytest.approx(b.nll, abs=TOL)
-    after = serving.ledger.stats.snapshot()
+    after = serving.chunks.ledger.stats.snapshot()
     call_s = after["busy_s"] - before["busy_s"]
     assert 0 < after["wasted_s"] < call_s
-    # after the cancel only the pass then running (shared with the small request) is charged
+    # after the cancel only the pass then running is charged to the cancelled request
     assert 0 < after["orphan_s"] < after["wasted_s"]
 
 
 def test_the_next_chunk_is_queued_while_the_current_one_runs():
-    """run_in_turn sends a request's next chunk as soon as the current chunk's engine call
+    """take_turns sends a request's next chunk as soon as the current chunk's engine call
     begins: the replica never waits for a round trip between two chunks of a request."""
-    from tests.fake_api import FakeNLLEngine
     from dialscore.model_card import ModelCard
     from dialscore_server.nll.engine.encoding import NLLItem
+    from fake_api import FakeNLLEngine
+    from merging_runner import MergingRunner, until
 
     card = ModelCard(name="fake", family="causal", source="fake", revision="fake",
                      max_length=1024, dtype="float32", device="cpu", stand_in=True)
-    sent = []
-    queued_during_call = []
-    first_call = threading.Event()
+    release = threading.Event()
 
     class Engine(FakeNLLEngine):
         def score_encoded(self, encoded, guard=None):
-            if not first_call.is_set():
-                first_call.set()
-                # wait (bounded) for the next chunk to be handed to the runner meanwhile
-                for _ in range(500):
-                    if len(sent) >= 2:
-                        break
-                    threading.Event().wait(0.01)
-                queued_during_call.append(len(sent))
+            assert release.wait(60), "the test never released the engine"
             return super().score_encoded(encoded, guard)
 
-    serving = NLLServing(Engine(card), max_batch_tokens=8192, chunk_tokens=20)
+    runner = MergingRunner()
+    serving = NLLServing(Engine(card), max_batch_tokens=8192, chunk_tokens=20, runner=runner)
 
-    async def runner(work):
-        sent.append(work)
-        return await serving.engine_thread.run_alone(work)
+    async def go():
+        request = asyncio.ensure_future(serving.score(
+            [NLLItem(target="a b c d e f g h", source="x y z " * 4) for _ in range(6)]))
+        await until(lambda: runner.live() == 1, "the first chunk")
+        first_call = asyncio.ensure_future(runner.step())
+        # the first call is held in the engine: the second chunk arrives meanwhile
+        await until(lambda: len(runner.arrived) == 2, "the second chunk, while the first call runs")
+        assert not first_call.done()
+        release.set()
+        await first_call
+        await runner.drain(request)
+        return request.result()
 
-    reply = asyncio.run(serving.score([NLLItem(target="a b c d e f g h", source="x y z " * 4)
-                                       for _ in range(6)], runner=runner))
+    reply = asyncio.run(go())
     assert reply.error is None and len(reply.value.results) == 6
-    assert len(sent) >= 3
-    assert queued_during_call == [2]
+    assert len(runner.order) >= 3 and all(len(b) == 1 for b in runner.order)
 
 
 def test_detector_jobs_left_out_get_none(nli):
@@ -229,32 +206,7 @@ def test_detector_jobs_left_out_get_none(nli):
     serving = ContradictionServing(detector, max_batch_pairs=4096)
     works = serving.admit(jobs[0]) + serving.admit(jobs[1])
     works[0].cancelled = True
-    replies = serving.run(works)
-    assert replies[-1].value == want[1]
+    outcomes = serving.chunks.call(works)
+    assert outcomes[0].value is None and outcomes[-1].value == want[1]
 
 
-def test_classifier_rows_nobody_wants_leave_a_running_pass(nli):
-    """A pass shared by live and cancelled pairs: at the next layer the cancelled rows are cut
-    out of the encoder's tensors (fewer rows reach the later layers), the live ones finish alone
-    with the same probabilities, and the cancelled ones get NaN."""
-    clf = NLIPairClassifier(nli.config, nli, token_budget=100_000, num_threads=1)
-    layers = list(clf.model.roberta.encoder.layer)
-    assert len(layers) >= 2
-    rng = random.Random(2)
-    words = "i you have a dog cat never like fish not do went home today".split()
-    pairs = [(" ".join(rng.choices(words, k=rng.randint(3, 12))),
-              " ".join(rng.choices(words, k=rng.randint(3, 12)))) for _ in range(24)]
-    want = clf.contradiction_probs(pairs)
-    rows_seen: list[int] = []  # rows entering each layer (hooked after the engine's checks)
-    for layer in layers:
-        layer.register_forward_pre_hook(lambda _m, args: rows_seen.append(args[0].shape[0]))
-    dropped = set(range(0, 24, 3))
-    guard = CallGuard(lambda i: not (rows_seen and i in dropped))  # from the 2nd layer on
-    got = clf.contradiction_probs(pairs, guard)
-    assert rows_seen[0] == 24 and rows_seen[1] == 24 - len(dropped)
-    assert guard.abandoned_passes == 0
-    for i, (a, b) in enumerate(zip(got, want)):
-        if i in dropped:
-            assert a != a
-        else:
-            assert a == pytest.approx(b, abs=TOL)
