@@ -26,7 +26,7 @@ from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.engine.engine import ContradictionDetector
 from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult
 from dialscore_server.contradiction.serving import ContradictionServing, Detector
-from dialscore_server.scheduling.runners import serve_batch
+from dialscore_server.scheduling.serving import serve_batch
 
 #: Upper bound of a batch, counted in NLI pairs.
 MAX_BATCH_PAIRS = 4096

@@ -21,8 +21,7 @@ from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult, plan_pairs
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk
-from dialscore_server.scheduling.runners import RunnerFactory, one_at_a_time
-from dialscore_server.scheduling.serving import ChunkedServing
+from dialscore_server.scheduling.serving import ChunkedServing, RunnerFactory, one_at_a_time
 
 #: Default chunk size in NLI pairs (ServingOptions.chunk_pairs).
 CHUNK_PAIRS = 64
@@ -98,7 +97,7 @@ class ContradictionServing:
     """Detects contradictions on one engine, in chunks of `chunk_pairs` (capped at
     `max_batch_pairs`, the most one engine call merges). `model` labels the metrics (default:
     the card's name); `runner` is how chunks meet the engine
-    (:mod:`dialscore_server.scheduling.runners`)."""
+    (:mod:`dialscore_server.scheduling.serving`)."""
 
     def __init__(self, engine: Detector, *, max_batch_pairs: int, chunk_pairs: int = CHUNK_PAIRS,
                  model: str = "", runner: RunnerFactory = one_at_a_time):

@@ -29,7 +29,7 @@ from dialscore_server.nll.completions.serving import CompletionCall, Completed
 from dialscore_server.nll.engine.encoding import NLLItem
 from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.serving import NLLScorer, NLLServing, Scored
-from dialscore_server.scheduling.runners import serve_batch
+from dialscore_server.scheduling.serving import serve_batch
 
 #: Upper bound of `max_batch_tokens` (an engine call's budget, in computed positions).
 MAX_BATCH_TOKENS = 16384

@@ -28,8 +28,7 @@ from dialscore_server.nll.engine.engine import NLLResult
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk
 from dialscore_server.scheduling.planner import BatchStats
-from dialscore_server.scheduling.runners import RunnerFactory, one_at_a_time
-from dialscore_server.scheduling.serving import ChunkedServing
+from dialscore_server.scheduling.serving import ChunkedServing, RunnerFactory, one_at_a_time
 
 #: Default chunk size in computed positions (ServingOptions.chunk_tokens).
 CHUNK_TOKENS = 2048
@@ -167,7 +166,7 @@ class NLLServing:
     `max_batch_tokens`, the most one engine call merges). Engine time follows computed
     positions, so chunks of equal positions take about equal time whatever the items share.
     `model` labels the metrics (default: the card's name); `runner` is how chunks meet the
-    engine (:mod:`dialscore_server.scheduling.runners`)."""
+    engine (:mod:`dialscore_server.scheduling.serving`)."""
 
     def __init__(self, engine: NLLScorer, *, max_batch_tokens: int,
                  chunk_tokens: int = CHUNK_TOKENS, model: str = "",

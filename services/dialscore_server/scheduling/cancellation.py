@@ -1,6 +1,6 @@
 """Engine calls that stop computing what nobody waits for any more, between forward passes.
 
-One engine call merges chunks of several requests (:mod:`dialscore_server.scheduling.turns`). When
+One engine call merges chunks of several requests (:mod:`dialscore_server.scheduling.chunks`). When
 one of those requests is cancelled while the call runs (its client left, or its deadline passed),
 the serving layer marks its chunk; the engine learns it through a :data:`Wanted` predicate over
 the call's items and leaves the items nobody wants out of every forward pass it has not started

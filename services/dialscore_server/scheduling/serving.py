@@ -1,25 +1,63 @@
 """One chunked serving for every endpoint: admit, cut into chunks, take turns, run on the engine
 thread. An endpoint supplies how it admits a request and how it runs a batch of chunks; the
-runner is fixed once, at construction."""
+runner, how chunks meet the engine, is fixed once, at construction: :func:`one_at_a_time`
+in-process (each chunk its own engine call, in turn), :func:`serve_batch` in a Serve replica (Ray
+Serve's ``@serve.batch`` merges the chunks waiting in the replica's queue up to a budget counted
+in :attr:`Chunk.size <dialscore_server.scheduling.chunks.Chunk.size>`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, Protocol, TypeVar
 
 from dialscore_server import metrics
 from dialscore_server.contract.errors import InputError, ServiceError
 from dialscore_server.contract.reply import Reply
 from dialscore_server.scheduling.arrivals import Arrivals
 from dialscore_server.scheduling.cancellation import CallGuard
-from dialscore_server.scheduling.chunks import Chunk
+from dialscore_server.scheduling.chunks import Chunk, Outcome, Runner, take_turns
 from dialscore_server.scheduling.engine_thread import EngineThread
 from dialscore_server.scheduling.ledger import WorkLedger
-from dialscore_server.scheduling.runners import Outcome, RunnerFactory, one_at_a_time
-from dialscore_server.scheduling.turns import take_turns
 
 C = TypeVar("C", bound=Chunk)
 V = TypeVar("V")
+
+
+#: One engine call for a batch of chunks: one outcome per chunk, in order.
+EngineCall = Callable[[Sequence[C]], Awaitable[list[Outcome[V]]]]
+#: Builds a serving's runner from its engine call.
+RunnerFactory = Callable[[EngineCall[Any, Any]], Runner[Any, Any]]
+
+
+def one_at_a_time(call: EngineCall[C, V]) -> Runner[C, V]:
+    """Each chunk is its own engine call. Calls run one at a time, in the order they are asked
+    for (the serving's one engine thread takes them in turn, as a replica runs one batch at a
+    time), so a request's next chunk, sent when the current one begins, waits its turn."""
+
+    async def run(chunk: C) -> Outcome[V]:
+        return (await call([chunk]))[0]
+
+    return run
+
+
+def serve_batch(max_batch_size: int, batch_wait_timeout_s: float) -> RunnerFactory:
+    """Ray Serve's ``@serve.batch`` over the engine call: a batch starts `batch_wait_timeout_s`
+    after its first chunk arrives and merges the chunks waiting then, up to `max_batch_size`
+    counted in chunk sizes (a chunk larger than that alone is a batch of its own). Used inside a
+    Serve replica (the deployment's ``max_ongoing_requests`` must exceed the chunks one batch
+    merges)."""
+
+    def make(call: EngineCall[C, V]) -> Runner[C, V]:
+        from ray import serve
+
+        async def engine_call(chunks: list[C]) -> list[Outcome[V]]:
+            return await call(chunks)
+
+        return serve.batch(max_batch_size=max_batch_size,
+                           batch_wait_timeout_s=batch_wait_timeout_s,
+                           batch_size_fn=lambda chunks: sum(c.size for c in chunks))(engine_call)
+
+    return make
 
 
 class BatchReport(Protocol):
@@ -49,7 +87,7 @@ class ChunkedServing(Generic[C, V]):
         model: the model's name (metric labels).
         unit: the unit of chunk costs in the work ledger ("tokens", "pairs").
         runner: builds the runner from the engine call: :func:`one_at_a_time` (in-process, the
-            default) or :func:`~dialscore_server.scheduling.runners.serve_batch` (a replica).
+            default) or :func:`~dialscore_server.scheduling.serving.serve_batch` (a replica).
 
     Metrics are recorded here, where they are measured: each engine call's batch figures
     (``dialscore_batch_*``, padding, reused tokens) and the work ledger's."""
