@@ -4,6 +4,7 @@ waiting for a condition on the event loop without racing a clock."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -71,6 +72,20 @@ class MergingRunner:
         while not task.done():
             await until(lambda: self.live() or task.done(), "a chunk or the end of the request")
             await self.step()
+
+
+async def cancel_during_first_call(request: Awaitable[Any], calls: list[Any],
+                                   release: threading.Event, ledger: Any) -> None:
+    """Start `request`, cancel it once the engine holds its first call (`calls` not empty; the
+    engine waits for `release`), then release the engine and wait until that call is accounted
+    in `ledger`."""
+    task = asyncio.ensure_future(request)
+    await until(lambda: calls, "the first engine call")
+    task.cancel()  # the client left while its first chunk runs
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    await until(lambda: ledger.stats.snapshot()["calls"] == 1, "the call's end")
 
 
 def assert_only_the_running_chunk_was_wasted(stats: dict, wasted: int, dropped: int) -> None:

@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import threading
 
-import pytest
 
 from dialscore.model_card import ModelCard
 from dialscore_server.contradiction.engine.engine import ContradictionDetector
 from dialscore_server.contradiction.engine.pairing import DetectionJob, Turn
 from dialscore_server.contradiction.serving import ContradictionServing, chunk_job
-from merging_runner import MergingRunner, assert_only_the_running_chunk_was_wasted, until
+from merging_runner import (
+    MergingRunner, assert_only_the_running_chunk_was_wasted, cancel_during_first_call, until,
+)
 
 
 def dialogue(pairs: int) -> list[Turn]:
@@ -73,16 +74,8 @@ def test_a_cancelled_request_drops_its_remaining_chunks():
     serving = ContradictionServing(engine, max_batch_pairs=4096, chunk_pairs=10)
     job = DetectionJob([dialogue(10) for _ in range(6)])
 
-    async def go():
-        request = asyncio.ensure_future(serving.detect(job))
-        await until(lambda: engine.calls, "the first engine call")
-        request.cancel()  # the client left while its first chunk runs
-        with pytest.raises(asyncio.CancelledError):
-            await request
-        engine.release.set()
-        await until(lambda: serving.chunks.ledger.stats.snapshot()["calls"] == 1, "the call's end")
-
-    asyncio.run(go())
+    asyncio.run(cancel_during_first_call(serving.detect(job), engine.calls, engine.release,
+                                         serving.chunks.ledger))
     assert engine.calls == [10]
     assert_only_the_running_chunk_was_wasted(serving.chunks.ledger.stats.snapshot(), wasted=10, dropped=50)
 

@@ -19,7 +19,9 @@ from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.serving import NLLServing, chunk_items
 from fake_api import FakeNLLEngine
-from merging_runner import MergingRunner, assert_only_the_running_chunk_was_wasted, until
+from merging_runner import (
+    MergingRunner, assert_only_the_running_chunk_was_wasted, cancel_during_first_call, until,
+)
 
 
 def item(source: int, cost: int) -> EncodedItem:
@@ -138,16 +140,8 @@ def test_a_cancelled_request_drops_its_remaining_chunks():
     serving = NLLServing(engine, max_batch_tokens=8192, chunk_tokens=20)
     items = [NLLItem(target=words(8), context=(f"c{i}",)) for i in range(10)]  # 10 tokens each
 
-    async def go():
-        request = asyncio.ensure_future(serving.score(items))
-        await until(lambda: engine.calls, "the first engine call")
-        request.cancel()  # the client left while its first chunk runs
-        with pytest.raises(asyncio.CancelledError):
-            await request
-        engine.release.set()
-        await until(lambda: serving.chunks.ledger.stats.snapshot()["calls"] == 1, "the call's end")
-
-    asyncio.run(go())
+    asyncio.run(cancel_during_first_call(serving.score(items), engine.calls, engine.release,
+                                         serving.chunks.ledger))
     assert engine.calls == [2]
     assert_only_the_running_chunk_was_wasted(serving.chunks.ledger.stats.snapshot(), wasted=20,
                                              dropped=80)

@@ -20,12 +20,12 @@ from ray import serve
 from dialscore.model_card import ModelCard
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.deadline import Deadlines
-from dialscore_server.contract.engine import engine_class
+from dialscore_server.contract.deployment import ModelDeployment
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.engine.engine import ContradictionDetector
 from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult
-from dialscore_server.contradiction.serving import ContradictionServing, Detector
+from dialscore_server.contradiction.serving import ContradictionServing
 from dialscore_server.scheduling.serving import serve_batch
 
 #: Upper bound of a batch, counted in NLI pairs.
@@ -33,29 +33,22 @@ MAX_BATCH_PAIRS = 4096
 
 
 @serve.deployment(name="contradiction", max_ongoing_requests=64, ray_actor_options={"num_cpus": 0.5})
-class ContradictionDeployment:
+class ContradictionDeployment(ModelDeployment):
     """Hosts one NLI classifier: `detect`, `card`, `check_health`."""
+
+    default_engine = ContradictionDetector
 
     def __init__(self, config: ModelConfig | dict[str, Any],
                  options: ServingOptions | dict[str, Any] | None = None):
-        config = ModelConfig.model_validate(config)
-        options = ServingOptions.model_validate(options or {})
-        engine_cls: type[Detector] = engine_class(options.engine, ContradictionDetector)
-        max_batch_pairs = min(options.max_batch_tokens, MAX_BATCH_PAIRS)
+        super().__init__(config, options)
+        max_batch_pairs = min(self.options.max_batch_tokens, MAX_BATCH_PAIRS)
         self.serving = ContradictionServing(
-            engine_cls.from_options(config, options), max_batch_pairs=max_batch_pairs,
-            chunk_pairs=options.chunk_pairs, model=config.name,
-            runner=serve_batch(max_batch_pairs, options.batch_wait_timeout_s))
+            self.engine, max_batch_pairs=max_batch_pairs, chunk_pairs=self.options.chunk_pairs,
+            model=self.config.name,
+            runner=serve_batch(max_batch_pairs, self.options.batch_wait_timeout_s))
 
     async def detect(self, job: DetectionJob) -> Reply[list[DetectionResult]]:
         return await self.serving.detect(job)
-
-    async def card(self) -> ModelCard:
-        return await self.serving.card()
-
-    def check_health(self) -> None:
-        """Serve's periodic health check: the classifier's real, tiny forward pass."""
-        self.serving.check_health()
 
 
 class ClassifierHandle:

@@ -22,13 +22,13 @@ from ray import serve
 from dialscore.model_card import ModelCard
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.deadline import Deadlines
-from dialscore_server.contract.engine import engine_class
+from dialscore_server.contract.deployment import ModelDeployment
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contract.reply import Reply
 from dialscore_server.nll.completions.serving import CompletionCall, Completed
 from dialscore_server.nll.engine.encoding import NLLItem
 from dialscore_server.nll.engine.engine import NLLEngine
-from dialscore_server.nll.serving import NLLScorer, NLLServing, Scored
+from dialscore_server.nll.serving import NLLServing, Scored
 from dialscore_server.scheduling.serving import serve_batch
 
 #: Upper bound of `max_batch_tokens` (an engine call's budget, in computed positions).
@@ -36,32 +36,25 @@ MAX_BATCH_TOKENS = 16384
 
 
 @serve.deployment(name="nll", max_ongoing_requests=64, ray_actor_options={"num_cpus": 0.5})
-class NLLDeployment:
+class NLLDeployment(ModelDeployment):
     """Hosts one dialogue model: `score`, `complete`, `card`, `check_health`."""
+
+    default_engine = NLLEngine
 
     def __init__(self, config: ModelConfig | dict[str, Any],
                  options: ServingOptions | dict[str, Any] | None = None):
-        config = ModelConfig.model_validate(config)
-        options = ServingOptions.model_validate(options or {})
-        engine_cls: type[NLLScorer] = engine_class(options.engine, NLLEngine)
-        max_batch_tokens = min(options.max_batch_tokens, MAX_BATCH_TOKENS)
+        super().__init__(config, options)
+        max_batch_tokens = min(self.options.max_batch_tokens, MAX_BATCH_TOKENS)
         self.serving = NLLServing(
-            engine_cls.from_options(config, options), max_batch_tokens=max_batch_tokens,
-            chunk_tokens=options.chunk_tokens, model=config.name,
-            runner=serve_batch(max_batch_tokens, options.batch_wait_timeout_s))
+            self.engine, max_batch_tokens=max_batch_tokens, chunk_tokens=self.options.chunk_tokens,
+            model=self.config.name,
+            runner=serve_batch(max_batch_tokens, self.options.batch_wait_timeout_s))
 
     async def score(self, items: Sequence[NLLItem], return_tokens: bool = False) -> Reply[Scored]:
         return await self.serving.score(items, return_tokens)
 
     async def complete(self, call: CompletionCall) -> Reply[Completed]:
         return await self.serving.complete(call)
-
-    async def card(self) -> ModelCard:
-        return await self.serving.card()
-
-    def check_health(self) -> None:
-        """Serve's periodic health check: the engine's real, tiny forward pass."""
-        self.serving.check_health()
 
 
 class NLLHandle:
