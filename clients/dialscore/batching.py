@@ -4,9 +4,17 @@ A list request (NLL ``items``, contradiction ``dialogues``, rerank ``candidates`
 chunks of at most the deployment's published limit (:func:`cap`). When the limit is unknown (a
 deployment that publishes none) or smaller than the client thought, the service answers 413
 ``payload_too_large``; if the 413 is about the request as a whole (:func:`splittable`), the
-chunk is halved and each half sent again (:func:`send_halving`), down to single elements. An
-error about one element names it in the chunk (``items[3].target``); :func:`shift_param`
-re-roots it so that it names the element in the caller's whole list.
+chunk is halved and each half sent again, down to single elements. An error about one element
+names it in the part sent (``items[3].target``); :func:`shift_param` re-roots it so that it
+names the element in the caller's whole list.
+
+The halving is one algorithm for the sync and the async client, written without I/O in the
+manner of httpx's protocol/transport split: :func:`halving` is a generator that yields the part
+to send next and is sent that part's results, or is thrown the
+:class:`~dialscore.errors.APIStatusError` the part got. :func:`send_halving` drives it with a
+blocking ``send``, :func:`asend_halving` with a coroutine; the drivers do nothing but call
+``send``. Likewise the chunks of one list land in one :class:`ChunkResults`, whether they ran on
+threads (:func:`run_chunks`) or as tasks (:func:`arun_chunks`).
 """
 
 from __future__ import annotations
@@ -14,17 +22,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from typing import Any, Generic, TypeVar
 
 from dialscore.errors import APIStatusError, PayloadTooLargeError
 
-__all__ = ["cap", "chunked", "gather_all", "send_halving", "shift_param", "splittable"]
+__all__ = ["ChunkResults", "arun_chunks", "asend_halving", "cap", "chunked", "gather_all",
+           "halving", "run_chunks", "send_halving", "shift_param", "splittable"]
 
 log = logging.getLogger("dialscore.client")
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+#: What :func:`halving` yields (the part to send), is sent (its results) and returns (all results).
+Halving = Generator[list[T], list[R], list[R]]
 
 
 def cap(requested: int, limit: int | None) -> int:
@@ -52,24 +65,141 @@ def shift_param(exc: APIStatusError, offset: int, field: str) -> None:
                                         exc.param)
 
 
-async def send_halving(send: Callable[[list[T]], Awaitable[list[R]]], chunk: list[T],
-                       field: str) -> list[R]:
-    """``await send(chunk)``, one result per element in order; on a :func:`splittable` 413,
-    the two halves in turn (recursively). Other errors propagate, their param re-rooted to
-    name the element in `chunk`."""
+def _halves(chunk: list[T], field: str) -> Halving[T, R]:
     try:
-        return await send(chunk)
+        return (yield chunk)
     except PayloadTooLargeError as exc:
         if not splittable(exc, len(chunk), field):
             raise
     mid = len(chunk) // 2
     log.warning("%d %s refused as too large; splitting in two", len(chunk), field)
-    left = await send_halving(send, chunk[:mid], field)
+    left = yield from _halves(chunk[:mid], field)
     try:
-        return left + await send_halving(send, chunk[mid:], field)
+        right = yield from _halves(chunk[mid:], field)
     except APIStatusError as inner:
         shift_param(inner, mid, field)
         raise
+    return left + right
+
+
+def halving(chunk: list[T], field: str, offset: int = 0) -> Halving[T, R]:
+    """The sending of `chunk`, the elements ``offset...`` of the list `field`, without I/O.
+
+    Yields the part to send next (first the whole chunk) and must be sent that part's results,
+    one per element in order, or thrown the :class:`~dialscore.errors.APIStatusError` it got.
+    After a :func:`splittable` 413 it yields the two halves in turn (recursively); it returns
+    every result in element order. Any other error is raised back out of ``throw``, its param
+    re-rooted to name the element in the whole list (``field[offset + i]...``).
+    """
+    try:
+        return (yield from _halves(chunk, field))
+    except APIStatusError as exc:
+        shift_param(exc, offset, field)
+        raise
+
+
+def send_halving(send: Callable[[list[T]], list[R]], chunk: list[T], field: str,
+                 offset: int = 0) -> list[R]:
+    """:func:`halving` driven by a blocking ``send(part) -> results``."""
+    plan: Halving[T, R] = halving(chunk, field, offset)
+    part = next(plan)
+    try:
+        while True:
+            try:
+                results = send(part)
+            except APIStatusError as exc:
+                part = plan.throw(exc)
+            else:
+                part = plan.send(results)
+    except StopIteration as done:
+        return done.value
+
+
+async def asend_halving(send: Callable[[list[T]], Awaitable[list[R]]], chunk: list[T],
+                        field: str, offset: int = 0) -> list[R]:
+    """:func:`halving` driven by a coroutine ``send(part) -> results``."""
+    plan: Halving[T, R] = halving(chunk, field, offset)
+    part = next(plan)
+    try:
+        while True:
+            try:
+                results = await send(part)
+            except APIStatusError as exc:
+                part = plan.throw(exc)
+            else:
+                part = plan.send(results)
+    except StopIteration as done:
+        return done.value
+
+
+class ChunkResults(Generic[R]):
+    """The results of a list of `n` elements sent in chunks, put in place as each chunk lands;
+    `on_chunk(offset, results)` is told of every chunk in landing order, in the caller's
+    thread (e.g. to save progress)."""
+
+    def __init__(self, n: int, on_chunk: Callable[[int, list[R]], None] | None = None):
+        self._results: list[R | None] = [None] * n
+        self._landed = 0
+        self._on_chunk = on_chunk
+
+    def land(self, offset: int, results: list[R]) -> None:
+        """The results of the chunk whose first element is element `offset` of the list."""
+        self._results[offset:offset + len(results)] = results
+        self._landed += len(results)
+        if self._on_chunk is not None:
+            self._on_chunk(offset, results)
+
+    def results(self) -> list[R]:
+        """Every element's result in list order; ValueError while some have not landed."""
+        if self._landed != len(self._results):
+            raise ValueError(f"{len(self._results) - self._landed} of {len(self._results)} "
+                             "results have not landed")
+        return self._results  # type: ignore[return-value]
+
+
+def run_chunks(run: Callable[[int, list[T]], list[R]], chunks: Sequence[tuple[int, list[T]]],
+               workers: int, land: Callable[[int, list[R]], None]) -> None:
+    """``run(offset, chunk)`` for every chunk, on at most `workers` threads (in the calling
+    thread when there is one chunk or one worker); ``land(offset, results)`` runs in the calling
+    thread as each finishes. On the first error the chunks not started are cancelled, the
+    running ones awaited, and the error raised."""
+    if len(chunks) <= 1 or workers <= 1:
+        for offset, chunk in chunks:
+            land(offset, run(offset, chunk))
+        return
+
+    def one(offset: int, chunk: list[T]) -> tuple[int, list[R]]:
+        return offset, run(offset, chunk)
+
+    pool = ThreadPoolExecutor(max_workers=min(workers, len(chunks)), thread_name_prefix="dialscore")
+    try:
+        pending = {pool.submit(one, offset, chunk) for offset, chunk in chunks}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                land(*future.result())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+async def arun_chunks(run: Callable[[int, list[T]], Awaitable[list[R]]],
+                      chunks: Sequence[tuple[int, list[T]]],
+                      land: Callable[[int, list[R]], None]) -> None:
+    """``await run(offset, chunk)`` for every chunk as concurrent tasks (the client's semaphore
+    bounds the requests in flight); ``land(offset, results)`` as each finishes. On the first
+    error the other tasks are cancelled and the error raised."""
+
+    async def one(offset: int, chunk: list[T]) -> tuple[int, list[R]]:
+        return offset, await run(offset, chunk)
+
+    tasks = [asyncio.ensure_future(one(offset, chunk)) for offset, chunk in chunks]
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            land(*await next_done)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def gather_all(coros: Iterable[Awaitable[Any]]) -> list[Any]:

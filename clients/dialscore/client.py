@@ -63,7 +63,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -71,12 +70,13 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from dialscore import __version__
-from dialscore.batching import cap, send_halving, shift_param, splittable
+from dialscore.batching import (
+    ChunkResults, arun_chunks, asend_halving, cap, run_chunks, send_halving,
+)
 from dialscore.errors import (
     APIConnectionError,
     APIStatusError,
     APITimeoutError,
-    PayloadTooLargeError,
     ResponseValidationError,
     RetryBudgetExhaustedError,
     error_class,
@@ -167,6 +167,9 @@ NO_RETRY = RetryPolicy(max_attempts=1)
 
 #: What a retry decision returns when the retry budget forbids the retry.
 BUDGET_SPENT = -1.0
+
+#: What one attempt at sending a request gave: a response, or the transport error it raised.
+Outcome = httpx.Response | httpx.TransportError
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -291,6 +294,14 @@ class _BaseClient:
             max_chunk_bytes = cap(max_chunk_bytes, room) if max_chunk_bytes else room
         return cap(chunk_size, limits.max_items), max_chunk_bytes
 
+    def _nll_chunks(self, items: Sequence[ItemLike], chunk_size: int, max_chunk_bytes: int | None,
+                    on_chunk: ChunkCallback | None
+                    ) -> tuple[list[tuple[int, list[dict[str, Any]]]], ChunkResults[NLLResult]]:
+        """``nll_many``'s chunks (within the limits read so far) and where their results land."""
+        payloads = [_item_json(i) for i in items]
+        chunks = plan_chunks(payloads, *self._chunk_bounds(chunk_size, max_chunk_bytes))
+        return chunks, ChunkResults(len(payloads), on_chunk)
+
     # -- request bodies ------------------------------------------------------------------------
 
     @staticmethod
@@ -363,6 +374,25 @@ class _BaseClient:
                     type(exc).__name__, exc, attempt, self.retry.max_attempts - 1, delay)
         return delay
 
+    def _retry_delay(self, outcome: Outcome, request: httpx.Request, attempt: int) -> float | None:
+        """Seconds to wait before sending `request` again after attempt number `attempt` gave
+        `outcome`; None when `outcome` (then a response) is the answer to return. Raises the error
+        to give up with: the connection error after the last try, or
+        :class:`~dialscore.errors.RetryBudgetExhaustedError`."""
+        if isinstance(outcome, httpx.TransportError):
+            delay = self._delay_after_exception(outcome, request, attempt)
+            if delay is None:
+                raise self._connection_error(outcome, request, attempt) from outcome
+            if delay == BUDGET_SPENT:
+                raise self._budget_error(request, attempt) from self._connection_error(
+                    outcome, request, attempt)
+            return delay
+        delay = self._delay_after_response(outcome, attempt)
+        if delay == BUDGET_SPENT:
+            raise self._budget_error(request, attempt, outcome) from self._status_error(
+                outcome, attempt)
+        return delay
+
     def _budget_error(self, request: httpx.Request, attempt: int,
                       response: httpx.Response | None = None) -> RetryBudgetExhaustedError:
         what = f"HTTP {response.status_code}" if response is not None else "connection failure"
@@ -427,6 +457,16 @@ class _BaseClient:
             detail = ready.text or None
         return Health(alive=live.is_success, ready=ready.is_success, detail=detail)
 
+    def _ready(self, health: Health, deadline: float, timeout: float) -> bool:
+        """Whether ``wait_ready`` is done polling: True when `health` is ready; TimeoutError
+        once the monotonic clock has passed `deadline`."""
+        if health.ready:
+            return True
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{self.base_url} not ready after {timeout:.0f} s: "
+                               f"{health.error or health.detail}")
+        return False
+
 
 class DialscoreClient(_BaseClient):
     """Synchronous client. ``nll_many`` sends its chunks from a thread pool of
@@ -472,25 +512,17 @@ class DialscoreClient(_BaseClient):
         attempt = 0
         while True:
             attempt += 1
+            outcome: Outcome
             try:
                 with self._limit:
-                    response = self._http.send(request)
+                    outcome = self._http.send(request)
             except httpx.TransportError as exc:
-                delay = self._delay_after_exception(exc, request, attempt)
-                if delay is None:
-                    raise self._connection_error(exc, request, attempt) from exc
-                if delay == BUDGET_SPENT:
-                    raise self._budget_error(request, attempt) from self._connection_error(
-                        exc, request, attempt)
-                self._sleep(delay)
-                continue
-            delay = self._delay_after_response(response, attempt)
+                outcome = exc
+            delay = self._retry_delay(outcome, request, attempt)
             if delay is None:
-                return response, attempt
-            if delay == BUDGET_SPENT:
-                raise self._budget_error(request, attempt, response) from self._status_error(
-                    response, attempt)
-            response.close()
+                return outcome, attempt  # type: ignore[return-value]
+            if isinstance(outcome, httpx.Response):
+                outcome.close()
             self._sleep(delay)
 
     def _request(self, method: str, path: str, cls: type[R], json: Any = None) -> R:
@@ -529,54 +561,14 @@ class DialscoreClient(_BaseClient):
         completion order), e.g. to save progress. On an error the chunks not yet started are
         cancelled and the error is raised, its ``param`` naming the item's index in ``items``.
         """
-        payloads = [_item_json(i) for i in items]
-        chunks = plan_chunks(payloads, *self._chunk_bounds(chunk_size, max_chunk_bytes))
-        results: list[NLLResult | None] = [None] * len(payloads)
+        chunks, landed = self._nll_chunks(items, chunk_size, max_chunk_bytes, on_chunk)
 
-        def run(offset: int, chunk: list[dict[str, Any]]) -> tuple[int, list[NLLResult]]:
-            try:
-                return offset, self._nll_chunk(model, chunk, return_tokens)
-            except APIStatusError as exc:
-                shift_param(exc, offset, "items")
-                raise
+        def send(part: list[dict[str, Any]]) -> list[NLLResult]:
+            return self.nll(model, part, return_tokens=return_tokens).results
 
-        def take(offset: int, res: list[NLLResult]) -> None:
-            results[offset:offset + len(res)] = res
-            if on_chunk is not None:
-                on_chunk(offset, res)
-
-        if len(chunks) <= 1 or self.max_concurrency == 1:
-            for offset, chunk in chunks:
-                take(*run(offset, chunk))
-            return results  # type: ignore[return-value]
-        pool = ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(chunks)),
-                                  thread_name_prefix="dialscore-nll")
-        try:
-            pending = {pool.submit(run, offset, chunk) for offset, chunk in chunks}
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    take(*fut.result())
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        return results  # type: ignore[return-value]
-
-    def _nll_chunk(self, model: str, chunk: list[dict[str, Any]], return_tokens: bool) -> list[NLLResult]:
-        """One chunk's results; halved and re-sent on a 413 for it as a whole (the sync twin of
-        :func:`dialscore.batching.send_halving`)."""
-        try:
-            return self.nll(model, chunk, return_tokens=return_tokens).results
-        except PayloadTooLargeError as exc:
-            if not splittable(exc, len(chunk), "items"):
-                raise
-            mid = len(chunk) // 2
-            log.warning("%d items refused as too large; splitting in two", len(chunk))
-            left = self._nll_chunk(model, chunk[:mid], return_tokens)
-            try:
-                return left + self._nll_chunk(model, chunk[mid:], return_tokens)
-            except APIStatusError as inner:
-                shift_param(inner, mid, "items")
-                raise
+        run_chunks(lambda offset, chunk: send_halving(send, chunk, "items", offset), chunks,
+                   self.max_concurrency, landed.land)
+        return landed.results()
 
     def contradiction(self, dialogues: Sequence[Mapping[str, Any] | Sequence[TurnLike]], *,
                       model: str | None = None, mode: str | None = None,
@@ -616,14 +608,9 @@ class DialscoreClient(_BaseClient):
     def wait_ready(self, timeout: float = 120.0, interval: float = 0.5) -> Health:
         """Poll :meth:`health` until the server is ready; ``TimeoutError`` after ``timeout`` s."""
         deadline = time.monotonic() + timeout
-        while True:
-            health = self.health()
-            if health.ready:
-                return health
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{self.base_url} not ready after {timeout:.0f} s: "
-                                   f"{health.error or health.detail}")
+        while not self._ready(health := self.health(), deadline, timeout):
             self._sleep(interval)
+        return health
 
 
 class AsyncDialscoreClient(_BaseClient):
@@ -659,25 +646,17 @@ class AsyncDialscoreClient(_BaseClient):
         attempt = 0
         while True:
             attempt += 1
+            outcome: Outcome
             try:
                 async with self._limit:
-                    response = await self._http.send(request)
+                    outcome = await self._http.send(request)
             except httpx.TransportError as exc:
-                delay = self._delay_after_exception(exc, request, attempt)
-                if delay is None:
-                    raise self._connection_error(exc, request, attempt) from exc
-                if delay == BUDGET_SPENT:
-                    raise self._budget_error(request, attempt) from self._connection_error(
-                        exc, request, attempt)
-                await self._sleep(delay)
-                continue
-            delay = self._delay_after_response(response, attempt)
+                outcome = exc
+            delay = self._retry_delay(outcome, request, attempt)
             if delay is None:
-                return response, attempt
-            if delay == BUDGET_SPENT:
-                raise self._budget_error(request, attempt, response) from self._status_error(
-                    response, attempt)
-            await response.aclose()
+                return outcome, attempt  # type: ignore[return-value]
+            if isinstance(outcome, httpx.Response):
+                await outcome.aclose()
             await self._sleep(delay)
 
     async def _request(self, method: str, path: str, cls: type[R], json: Any = None) -> R:
@@ -709,32 +688,14 @@ class AsyncDialscoreClient(_BaseClient):
                        on_chunk: ChunkCallback | None = None) -> list[NLLResult]:
         """As :meth:`DialscoreClient.nll_many`: chunks run as concurrent tasks (bounded by the
         semaphore); on an error the other tasks are cancelled and the error is raised."""
-        payloads = [_item_json(i) for i in items]
-        chunks = plan_chunks(payloads, *self._chunk_bounds(chunk_size, max_chunk_bytes))
-        results: list[NLLResult | None] = [None] * len(payloads)
+        chunks, landed = self._nll_chunks(items, chunk_size, max_chunk_bytes, on_chunk)
 
-        async def send(chunk: list[dict[str, Any]]) -> list[NLLResult]:
-            return (await self.nll(model, chunk, return_tokens=return_tokens)).results
+        async def send(part: list[dict[str, Any]]) -> list[NLLResult]:
+            return (await self.nll(model, part, return_tokens=return_tokens)).results
 
-        async def run(offset: int, chunk: list[dict[str, Any]]) -> tuple[int, list[NLLResult]]:
-            try:
-                return offset, await send_halving(send, chunk, "items")
-            except APIStatusError as exc:
-                shift_param(exc, offset, "items")
-                raise
-
-        tasks = [asyncio.ensure_future(run(offset, chunk)) for offset, chunk in chunks]
-        try:
-            for next_done in asyncio.as_completed(tasks):
-                offset, res = await next_done
-                results[offset:offset + len(res)] = res
-                if on_chunk is not None:
-                    on_chunk(offset, res)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        return results  # type: ignore[return-value]
+        await arun_chunks(lambda offset, chunk: asend_halving(send, chunk, "items", offset),
+                          chunks, landed.land)
+        return landed.results()
 
     async def contradiction(self, dialogues: Sequence[Mapping[str, Any] | Sequence[TurnLike]], *,
                             model: str | None = None, mode: str | None = None,
@@ -769,11 +730,6 @@ class AsyncDialscoreClient(_BaseClient):
     async def wait_ready(self, timeout: float = 120.0, interval: float = 0.5) -> Health:
         """Poll :meth:`health` until the server is ready; ``TimeoutError`` after ``timeout`` s."""
         deadline = time.monotonic() + timeout
-        while True:
-            health = await self.health()
-            if health.ready:
-                return health
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{self.base_url} not ready after {timeout:.0f} s: "
-                                   f"{health.error or health.detail}")
+        while not self._ready(health := await self.health(), deadline, timeout):
             await self._sleep(interval)
+        return health

@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dialscore.batching import cap, chunked, gather_all, send_halving
+from dialscore.batching import ChunkResults, arun_chunks, asend_halving, cap, chunked, gather_all
 from dialscore.errors import InvalidRequestError
 from dialscore.evals.served import Served, resolve_model
 from dialscore.reporting.progress import Bar, progress_bar
@@ -168,7 +168,8 @@ async def detect(client: AsyncDialscoreClient, dialogues: Sequence[Mapping[str, 
         raise ValueError("chunk_size must be at least 1 dialogue")
     limits = await client.limits()
     size = cap(chunk_size, limits.max_dialogues if limits else None)
-    out: list[ContradictionResult | None] = [None] * len(dialogues)
+    landed: ChunkResults[ContradictionResult] = ChunkResults(
+        len(dialogues), lambda offset, results: bar.update(len(results)))
     named: list[str | None] = [model]
 
     async def send(chunk: list[Mapping[str, Any]]) -> list[ContradictionResult]:
@@ -180,12 +181,9 @@ async def detect(client: AsyncDialscoreClient, dialogues: Sequence[Mapping[str, 
         named[0] = resp.model or named[0]
         return resp.results
 
-    async def one(offset: int, chunk: list[Mapping[str, Any]]) -> None:
-        out[offset:offset + len(chunk)] = await send_halving(send, chunk, "dialogues")
-        bar.update(len(chunk))
-
-    await gather_all(one(o, c) for o, c in chunked(dialogues, size))
-    return out, named[0]  # type: ignore[return-value]
+    await arun_chunks(lambda offset, chunk: asend_halving(send, chunk, "dialogues", offset),
+                      chunked(dialogues, size), landed.land)
+    return landed.results(), named[0]
 
 
 class ContradictionScorer:
@@ -257,7 +255,7 @@ class RerankScorer:
             ranked: list[RerankResult] = []
             try:
                 for _, part in chunked(job.texts, size):  # one job's requests one after the other
-                    ranked += await send_halving(send, part, "candidates")
+                    ranked += await asend_halving(send, part, "candidates")
             except InvalidRequestError as exc:
                 if exc.param != "speaker":
                     raise
