@@ -160,8 +160,8 @@ class ChunkResults(Generic[R]):
 def run_chunks(run: Callable[[int, list[T]], list[R]], chunks: Sequence[tuple[int, list[T]]],
                workers: int, land: Callable[[int, list[R]], None]) -> None:
     """``run(offset, chunk)`` for every chunk, on at most `workers` threads (in the calling
-    thread when there is one chunk or one worker); ``land(offset, results)`` runs in the calling
-    thread as each finishes. On the first error the chunks not started are cancelled, the
+    thread when there is one chunk or one worker), started in order; ``land(offset, results)``
+    runs in the calling thread as each finishes. On the first error the chunks not started are cancelled, the
     running ones awaited, and the error raised."""
     if len(chunks) <= 1 or workers <= 1:
         for offset, chunk in chunks:
@@ -183,19 +183,20 @@ def run_chunks(run: Callable[[int, list[T]], list[R]], chunks: Sequence[tuple[in
 
 
 async def arun_chunks(run: Callable[[int, list[T]], Awaitable[list[R]]],
-                      chunks: Sequence[tuple[int, list[T]]],
+                      chunks: Sequence[tuple[int, list[T]]], workers: int,
                       land: Callable[[int, list[R]], None]) -> None:
-    """``await run(offset, chunk)`` for every chunk as concurrent tasks (the client's semaphore
-    bounds the requests in flight); ``land(offset, results)`` as each finishes. On the first
-    error the other tasks are cancelled and the error raised."""
+    """``await run(offset, chunk)`` for every chunk, at most `workers` chunks in progress at
+    once and started in order, as :func:`run_chunks` does on threads; ``land(offset, results)``
+    as each finishes. On the first error the other chunks are cancelled and the error raised."""
+    todo = iter(chunks)
 
-    async def one(offset: int, chunk: list[T]) -> tuple[int, list[R]]:
-        return offset, await run(offset, chunk)
+    async def worker() -> None:
+        for offset, chunk in todo:  # one iterator shared by the workers: each chunk taken once
+            land(offset, await run(offset, chunk))
 
-    tasks = [asyncio.ensure_future(one(offset, chunk)) for offset, chunk in chunks]
+    tasks = [asyncio.ensure_future(worker()) for _ in range(min(max(workers, 1), len(chunks)))]
     try:
-        for next_done in asyncio.as_completed(tasks):
-            land(*await next_done)
+        await asyncio.gather(*tasks)
     finally:
         for task in tasks:
             task.cancel()

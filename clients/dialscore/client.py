@@ -486,6 +486,8 @@ class DialscoreClient(_BaseClient):
                  transport: httpx.BaseTransport | None = None, retry_budget: RetryBudget | None = None):
         super().__init__(base_url, token=token, timeout=timeout, retry=retry,
                          max_concurrency=max_concurrency, headers=headers, retry_budget=retry_budget)
+        #: The transport given (None: httpx's default); the sync entry points reuse it.
+        self.transport = transport
         self._limit = threading.BoundedSemaphore(max_concurrency)
         self._limits_fetch_lock = threading.Lock()
         self._http = httpx.Client(
@@ -624,6 +626,8 @@ class AsyncDialscoreClient(_BaseClient):
                  transport: httpx.AsyncBaseTransport | None = None, retry_budget: RetryBudget | None = None):
         super().__init__(base_url, token=token, timeout=timeout, retry=retry,
                          max_concurrency=max_concurrency, headers=headers, retry_budget=retry_budget)
+        #: The transport given (None: httpx's default).
+        self.transport = transport
         self._limit = asyncio.Semaphore(max_concurrency)
         self._limits_fetch_lock = asyncio.Lock()
         self._http = httpx.AsyncClient(
@@ -686,15 +690,15 @@ class AsyncDialscoreClient(_BaseClient):
     async def nll_many(self, model: str, items: Sequence[ItemLike], *, chunk_size: int = 64,
                        max_chunk_bytes: int | None = 1_000_000, return_tokens: bool = False,
                        on_chunk: ChunkCallback | None = None) -> list[NLLResult]:
-        """As :meth:`DialscoreClient.nll_many`: chunks run as concurrent tasks (bounded by the
-        semaphore); on an error the other tasks are cancelled and the error is raised."""
+        """As :meth:`DialscoreClient.nll_many`: at most ``max_concurrency`` chunks in progress,
+        as tasks; on an error the others are cancelled and the error is raised."""
         chunks, landed = self._nll_chunks(items, chunk_size, max_chunk_bytes, on_chunk)
 
         async def send(part: list[dict[str, Any]]) -> list[NLLResult]:
             return (await self.nll(model, part, return_tokens=return_tokens)).results
 
         await arun_chunks(lambda offset, chunk: asend_halving(send, chunk, "items", offset),
-                          chunks, landed.land)
+                          chunks, self.max_concurrency, landed.land)
         return landed.results()
 
     async def contradiction(self, dialogues: Sequence[Mapping[str, Any] | Sequence[TurnLike]], *,

@@ -182,7 +182,7 @@ async def detect(client: AsyncDialscoreClient, dialogues: Sequence[Mapping[str, 
         return resp.results
 
     await arun_chunks(lambda offset, chunk: asend_halving(send, chunk, "dialogues", offset),
-                      chunked(dialogues, size), landed.land)
+                      chunked(dialogues, size), client.max_concurrency, landed.land)
     return landed.results(), named[0]
 
 

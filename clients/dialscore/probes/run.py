@@ -25,8 +25,10 @@ last line (a crash mid-write), or a line that parses but is not a valid row (``"
 ignored and its items re-scored. The output folder is locked for the run
 (:class:`~dialscore.reporting.run_lock.RunLock`): a second run on it fails at once.
 
-Entry points: :func:`run_probes` (sync client) and :func:`arun_probes` (async client), both
-returning a :class:`~dialscore.probes.report.Report` whose files are written into ``out_dir``.
+Entry points: :func:`arun_probes` (an async client), the one implementation, and
+:func:`run_probes` (a sync client or a URL), which runs it to completion
+(:mod:`dialscore.sync_bridge`); both return a :class:`~dialscore.probes.report.Report` whose
+files are written into ``out_dir``.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from dialscore.client import AsyncDialscoreClient, DialscoreClient
+from dialscore.sync_bridge import run_sync
 from dialscore.extras import REPORTS, require
 from dialscore.model_card import ModelCard
 from dialscore.probes.corruptions import CORRUPTIONS, CorruptedPair, CorruptionSet, corrupt_dialogues
@@ -237,7 +240,7 @@ def _resolve_models(available: Sequence[ModelCard], wanted: Sequence[str] | str 
 
 @dataclass
 class _Run:
-    """State shared by the sync and async runners."""
+    """One probe run's state: what to score, what is stored, where it goes."""
 
     dialogues: list[Dialogue]
     models: list[ModelCard]
@@ -335,12 +338,13 @@ def _finish(run: _Run, n_boot: int, plots: bool, echo: Echo) -> Report:
     return report
 
 
-def run_probes(client: DialscoreClient, data_path: str | Path | Sequence[Dialogue],
-               models: Sequence[str] | str | None = None,
-               settings: Sequence[str] | str = SETTINGS, seed: int = 0,
-               out_dir: str | Path = "runs/probe", *, chunk_size: int = 64,
-               corruptions: Sequence[str] = CORRUPTIONS, n_boot: int = 1000, plots: bool = True,
-               progress: bool = True, echo: Echo = None) -> Report:
+async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequence[Dialogue],
+                      models: Sequence[str] | str | None = None,
+                      settings: Sequence[str] | str = SETTINGS, seed: int = 0,
+                      out_dir: str | Path = "runs/probe", *, chunk_size: int = 64,
+                      corruptions: Sequence[str] = CORRUPTIONS, n_boot: int = 1000,
+                      plots: bool = True, progress: bool = True,
+                      echo: Echo = None) -> Report:
     """Run the CEDAR probes against a served model set and write the report into ``out_dir``.
 
     ``data_path``: a JSON Lines file (:mod:`dialscore.probes.data`) or loaded dialogues.
@@ -351,35 +355,6 @@ def run_probes(client: DialscoreClient, data_path: str | Path | Sequence[Dialogu
     Needs numpy (the `reports` extra) for the confidence intervals: without it
     :class:`~dialscore.extras.MissingExtra` is raised before any request.
     """
-    if isinstance(client, AsyncDialscoreClient):
-        raise TypeError("run_probes takes a DialscoreClient; use `await arun_probes(...)` with "
-                        "an AsyncDialscoreClient")
-    _require_reports()
-    run = _prepare(data_path, client.models(), models, settings, seed, out_dir, corruptions,
-                   chunk_size, n_boot, client.base_url, progress)
-    try:
-        client.limits()  # read once: nll_many then keeps its chunks within the published limits
-        run.open_bar()
-        for info in run.models:
-            pending = run.pending(info.name)
-            if pending:
-                client.nll_many(info.name, [i.payload() for i in pending], chunk_size=chunk_size,
-                                on_chunk=run.on_chunk(pending))
-        run.close_bar()
-        return _finish(run, n_boot, plots, echo)
-    finally:
-        run.close_bar()
-        run.release()
-
-
-async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequence[Dialogue],
-                      models: Sequence[str] | str | None = None,
-                      settings: Sequence[str] | str = SETTINGS, seed: int = 0,
-                      out_dir: str | Path = "runs/probe", *, chunk_size: int = 64,
-                      corruptions: Sequence[str] = CORRUPTIONS, n_boot: int = 1000,
-                      plots: bool = True, progress: bool = True,
-                      echo: Echo = None) -> Report:
-    """:func:`run_probes` with an :class:`AsyncDialscoreClient` (same arguments and outputs)."""
     _require_reports()
     run = _prepare(data_path, await client.models(), models, settings, seed, out_dir, corruptions,
                    chunk_size, n_boot, client.base_url, progress)
@@ -396,3 +371,14 @@ async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequ
     finally:
         run.close_bar()
         run.release()
+
+
+def run_probes(client: DialscoreClient | str, data_path: str | Path | Sequence[Dialogue],
+               models: Sequence[str] | str | None = None,
+               settings: Sequence[str] | str = SETTINGS, seed: int = 0,
+               out_dir: str | Path = "runs/probe", *, concurrency: int | None = None,
+               **kwargs: Any) -> Report:
+    """:func:`arun_probes` with a sync client or a URL (same arguments and outputs; see
+    :mod:`dialscore.sync_bridge` for the async client it runs on and `concurrency`)."""
+    return run_sync(client, concurrency, "probes",
+                    lambda ac: arun_probes(ac, data_path, models, settings, seed, out_dir, **kwargs))

@@ -41,6 +41,5 @@ twin taking a `DialscoreClient` or a URL:
     score_store       DurableScorer: any Scorer with its scores kept (mutual, robustness)
     detection_store   DurableDetection: /v1/contradiction answers kept (decode)
     robustness  arun_robustness, run_robustness, ROBUSTNESS_SCORERS
-    sync        run_sync: a runner coroutine on an async client mirroring a sync one
     selection   first: the records a runner keeps (`limit`), refusing an empty set
 """

@@ -15,7 +15,6 @@ from dialscore.evals.decode import (
 from dialscore.evals.detector_kind import comparable_row
 from dialscore.evals.runners.detection_store import DurableDetection
 from dialscore.evals.runners.selection import first
-from dialscore.evals.runners.sync import run_sync
 from dialscore.evals.scorers import DIALOGUE_CHUNK
 from dialscore.evals.served import resolve_model, served_models
 from dialscore.reporting.envelope import Echo, RunEnvelope, model_provenance, write_run_report
@@ -171,6 +170,8 @@ async def arun_decode(client: AsyncDialscoreClient, path: str | Path,
 
 def run_decode(client: DialscoreClient | str, path: str | Path, out_dir: str | Path = "runs/eval",
                *, concurrency: int | None = None, **kwargs: Any) -> DecodeRun:
-    """`arun_decode` with a sync client or a URL (see :mod:`dialscore.evals.runners.sync`)."""
+    """`arun_decode` with a sync client or a URL (see :mod:`dialscore.sync_bridge`)."""
+    from dialscore.sync_bridge import run_sync  # httpx: imported when a run starts, not for --help
+
     return run_sync(client, concurrency, "decode",
                     lambda ac: arun_decode(ac, path, out_dir, **kwargs))

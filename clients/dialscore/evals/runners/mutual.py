@@ -13,7 +13,6 @@ from dialscore.evals.mutual import (
 )
 from dialscore.evals.runners.score_store import durable_scorer
 from dialscore.evals.runners.selection import first
-from dialscore.evals.runners.sync import run_sync
 from dialscore.evals.scorers import ReplyCandidates, file_tag, make_scorer
 from dialscore.evals.served import served_models
 from dialscore.reporting.envelope import Echo, RunEnvelope, model_provenance, write_run_report
@@ -144,6 +143,8 @@ async def arun_mutual(client: AsyncDialscoreClient, path: str | Path, scorer: st
 def run_mutual(client: DialscoreClient | str, path: str | Path, scorer: str = "nll",
                model: str | None = None, out_dir: str | Path = "runs/eval", *,
                concurrency: int | None = None, **kwargs: Any) -> MutualRun:
-    """`arun_mutual` with a sync client or a URL (see :mod:`dialscore.evals.runners.sync`)."""
+    """`arun_mutual` with a sync client or a URL (see :mod:`dialscore.sync_bridge`)."""
+    from dialscore.sync_bridge import run_sync  # httpx: imported when a run starts, not for --help
+
     return run_sync(client, concurrency, "mutual",
                     lambda ac: arun_mutual(ac, path, scorer, model, out_dir, **kwargs))

@@ -13,7 +13,6 @@ from dialscore.evals.robustness import (
     perturb_all, read_response_items, synonym_replacements, variant_stats,
 )
 from dialscore.evals.runners.score_store import durable_scorer
-from dialscore.evals.runners.sync import run_sync
 from dialscore.evals.scorers import SCORERS, ReplyCandidates, file_tag, make_scorer
 from dialscore.evals.served import served_models
 from dialscore.reporting.envelope import Echo, RunEnvelope, model_provenance, write_run_report
@@ -196,6 +195,8 @@ def run_robustness(client: DialscoreClient | str, path: str | Path, scorer: str 
                    model: str | None = None, n: int | None = None, seed: int = 0,
                    out_dir: str | Path = "runs/eval", *, concurrency: int | None = None,
                    **kwargs: Any) -> RobustnessRun:
-    """`arun_robustness` with a sync client or a URL (see :mod:`dialscore.evals.runners.sync`)."""
+    """`arun_robustness` with a sync client or a URL (see :mod:`dialscore.sync_bridge`)."""
+    from dialscore.sync_bridge import run_sync  # httpx: imported when a run starts, not for --help
+
     return run_sync(client, concurrency, "robustness",
                     lambda ac: arun_robustness(ac, path, scorer, model, n, seed, out_dir, **kwargs))
