@@ -34,7 +34,6 @@ files are written into ``out_dir``.
 from __future__ import annotations
 
 import difflib
-import json
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -50,7 +49,7 @@ from dialscore.probes.corruptions import CORRUPTIONS, CorruptedPair, CorruptionS
 from dialscore.probes.data import Dialogue, load_dialogues
 from dialscore.probes.report import Report, ScoredPair, summarize, write_outputs
 from dialscore.reporting.envelope import Echo, RunEnvelope
-from dialscore.reporting.jsonl_store import append_rows, content_key
+from dialscore.reporting.resume_store import ResumeStore, content_key
 from dialscore.reporting.progress import Bar, NoBar, progress_bar
 from dialscore.reporting.run_lock import RunLock
 from dialscore.types import NLLResult
@@ -162,54 +161,21 @@ def plan_probes(dialogues: Sequence[Dialogue], models: Sequence[ModelCard],
     return plan
 
 
-class ScoreStore:
-    """The resume cache: an append-only JSON Lines file of scored items, keyed by item id."""
+class ScoreStore(ResumeStore):
+    """A probe run's resume store, ``<out>/scores.jsonl``
+    (:class:`~dialscore.reporting.resume_store.ResumeStore`): one row per scored item under its
+    ``"id"``, which hashes the model's provenance, so no settings are kept. A row is usable with a
+    finite number ``nll`` (not a boolean) and an integer ``num_tokens`` of at least 1."""
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.invalid_lines = 0
-
-    @property
-    def torn_lines(self) -> int:
-        """Former name of :attr:`invalid_lines`."""
-        return self.invalid_lines
-
-    def load(self) -> dict[str, dict[str, Any]]:
-        """Every valid stored row by id. A line that does not parse (a crash mid-write) or parses
-        but is not a valid row (no id, an ``nll`` that is null, not a number or not finite, a bad
-        ``num_tokens``) is counted in ``invalid_lines`` and ignored, so its item is scored again."""
-        rows: dict[str, dict[str, Any]] = {}
-        if not self.path.exists():
-            return rows
-        with open(self.path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                row = _valid_row(line)
-                if row is None:
-                    self.invalid_lines += 1
-                else:
-                    rows[row["id"]] = row
-        return rows
-
-    def append(self, rows: Sequence[dict[str, Any]]) -> None:
-        """Append rows in one write, then flush and fsync: a chunk is stored whole or (after a
-        crash mid-write) as a torn last line that :meth:`load` ignores."""
-        append_rows(self.path, rows)
+        super().__init__(path, key="id", valid=_valid_score)
 
 
-def _valid_row(line: str) -> dict[str, Any] | None:
-    """The row a store line holds, or None when it is torn or invalid (see ScoreStore.load)."""
-    try:
-        row = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(row, dict) or not isinstance(row.get("id"), str):
-        return None
+def _valid_score(row: dict[str, Any]) -> bool:
     nll, n = row.get("nll"), row.get("num_tokens")
     if isinstance(nll, bool) or not isinstance(nll, (int, float)) or not math.isfinite(nll):
-        return None
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        return None
-    return row
+        return False
+    return not isinstance(n, bool) and isinstance(n, int) and n >= 1
 
 
 def _score_row(item: ProbeItem, result: NLLResult) -> dict[str, Any]:
@@ -246,7 +212,6 @@ class _Run:
     models: list[ModelCard]
     plan: ProbePlan
     store: ScoreStore
-    scores: dict[str, dict[str, Any]]
     envelope: RunEnvelope
     out_dir: Path
     progress: bool
@@ -261,8 +226,13 @@ class _Run:
     def config(self) -> dict[str, Any]:
         return self.envelope.config
 
+    @property
+    def scores(self) -> dict[str, dict[str, Any]]:
+        """Every usable stored row by item id: those read at the start and those appended since."""
+        return self.store.rows
+
     def pending(self, model: str) -> list[ProbeItem]:
-        return [i for i in self.plan.items_of(model) if i.id not in self.scores]
+        return [item for _, item in self.store.missing((i.id, i) for i in self.plan.items_of(model))]
 
     def open_bar(self) -> None:
         total = sum(len(self.pending(m.name)) for m in self.models)
@@ -274,8 +244,6 @@ class _Run:
         def save(offset: int, results: list[NLLResult]) -> None:
             rows = [_score_row(item, res) for item, res in zip(pending[offset:], results)]
             self.store.append(rows)
-            for row in rows:
-                self.scores[row["id"]] = row
             self.bar.update(len(rows))
         return save
 
@@ -298,15 +266,15 @@ def _prepare(data: str | Path | Sequence[Dialogue], available: Sequence[ModelCar
     out.mkdir(parents=True, exist_ok=True)
     lock = RunLock(out).acquire()  # released by _Run.release (or when the process ends)
     store = ScoreStore(out / SCORES_FILE)
-    scores = store.load()
+    store.load()
     envelope = RunEnvelope.start(
         "probe", path, base_url, models=[m.name for m in chosen], settings=list(settings),
         seed=seed, corruptions=list(corruptions), chunk_size=chunk_size, n_boot=n_boot,
         n_dialogues=len(dialogues),
         dialogues_per_dataset=dict(sorted(Counter(d.dataset for d in dialogues).items())),
         pairs=len(plan.pairs), items=len(plan.items), items_before_dedup=plan.n_item_refs,
-        torn_score_lines_ignored=store.torn_lines)
-    return _Run(dialogues, chosen, plan, store, scores, envelope, out, progress, lock=lock)
+        torn_score_lines_ignored=store.invalid)
+    return _Run(dialogues, chosen, plan, store, envelope, out, progress, lock=lock)
 
 
 def _require_reports() -> None:

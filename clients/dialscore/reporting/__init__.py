@@ -3,8 +3,9 @@
     atomic      the one atomic file writer (temporary file beside the target, fsync, rename,
                 fsync of the folder, mode 0644, stale temporaries of a killed run removed)
     rows        rows as CSV, JSON and JSON Lines (through the atomic writer); values made JSON-able
-    jsonl_store the JSON Lines stores of resumable runs: one durable append (one write, fsync,
-                torn lines ended) and the reader of keyed rows (invalid and stale rows counted)
+    resume_store the one resume store of probe runs and evaluations: JSON Lines rows keyed by
+                a stable id, durable appends (one write, fsync, torn lines ended), invalid and
+                stale rows counted, only the missing ids sent again
     run_lock    one run per output folder (an exclusive lock held for the run)
     tables      the one plain-text table renderer
     envelope    the run envelope: configuration, data checksum, served models' provenance,

@@ -37,9 +37,11 @@ twin taking a `DialscoreClient` or a URL:
 
     mutual      arun_mutual, run_mutual, MUTUAL_SCORERS
     decode      arun_decode, run_decode, DECODE_MODES, DIAGNOSTICS
-    decode_human_bot  arun_decode_human_bot (its store: prediction_store.PredictionStore)
+    decode_human_bot  arun_decode_human_bot
     score_store       DurableScorer: any Scorer with its scores kept (mutual, robustness)
     detection_store   DurableDetection: /v1/contradiction answers kept (decode)
+
+Every store is a :class:`~dialscore.reporting.resume_store.ResumeStore`, as a probe run's is.
     robustness  arun_robustness, run_robustness, ROBUSTNESS_SCORERS
     selection   first: the records a runner keeps (`limit`), refusing an empty set
 """

@@ -14,13 +14,13 @@ from dialscore.evals.decode_human_bot import (
 )
 from dialscore.evals.detector_kind import comparable_row
 from dialscore.evals.runners.decode import DECODE_MODES
-from dialscore.evals.runners.prediction_store import PredictionStore
 from dialscore.evals.runners.selection import first
 from dialscore.evals.scorers import DIALOGUE_CHUNK, detect
 from dialscore.evals.served import resolve_model, served_models
 from dialscore.reporting.envelope import Echo, RunEnvelope, model_provenance, write_run_report
 from dialscore.reporting.plots import NO_PLOTS_NOTE, plots_available
 from dialscore.reporting.progress import progress_bar
+from dialscore.reporting.resume_store import ResumeStore
 from dialscore.reporting.rows import write_reports
 from dialscore.reporting.tables import format_table
 
@@ -31,6 +31,12 @@ __all__ = ["HumanBotRun", "arun_decode_human_bot"]
 
 #: Utterances scored between two appends to the resume store.
 STORE_EVERY = 256
+
+
+def _valid_prediction(row: dict[str, Any]) -> bool:
+    probability = row.get("probability")
+    return (isinstance(row.get("is_contradiction"), bool) and not isinstance(probability, bool)
+            and isinstance(probability, (int, float)))
 
 
 @dataclass
@@ -55,11 +61,12 @@ async def arun_decode_human_bot(client: AsyncDialscoreClient, path: str | Path,
     """Score every utterance of the human-bot logs at `path` (see
     :mod:`dialscore.evals.decode_human_bot`) with POST /v1/contradiction in `mode` and report.
 
-    Resumable: predictions are appended to OUT/decode-human-bot-MODE.predictions.jsonl every
-    :data:`STORE_EVERY` utterances, and a rerun sends only the utterances not stored yet (a store
-    written under another mode, threshold or model is refused). `limit` keeps the first
-    utterances. `detector_kind` ("nli" or "decode-trained") is stated with the comparable paper
-    figures. The PNG needs matplotlib; without it `echo` gets a note.
+    Resumable: predictions are appended to OUT/decode-human-bot-MODE.predictions.jsonl (a
+    :class:`~dialscore.reporting.resume_store.ResumeStore`, one row per utterance under its
+    ``"id"``) every :data:`STORE_EVERY` utterances, and a rerun sends only the utterances not
+    stored yet (a store holding rows of another mode, threshold or model is refused). `limit`
+    keeps the first utterances. `detector_kind` ("nli" or "decode-trained") is stated with the
+    comparable paper figures. The PNG needs matplotlib; without it `echo` gets a note.
     """
     if mode not in DECODE_MODES:
         raise ValueError(f"mode must be one of {', '.join(DECODE_MODES)}, got {mode!r}")
@@ -73,23 +80,27 @@ async def arun_decode_human_bot(client: AsyncDialscoreClient, path: str | Path,
     if model is not None:
         resolve_model(served, model, "classifier", "contradiction detection")
     out = Path(out_dir)
-    store = PredictionStore(out / f"decode-human-bot-{mode}.predictions.jsonl",
-                            {"mode": mode, "threshold": threshold, "model": model})
-    stored = store.load()
-    todo = [u for u in utterances if u.id not in stored]
+    store = ResumeStore(out / f"decode-human-bot-{mode}.predictions.jsonl",
+                        settings={"mode": mode, "threshold": threshold, "model": model},
+                        valid=_valid_prediction)
+    store.load()
+    if store.stale:
+        raise ValueError(f"{store.path} holds predictions made with {store.stale_settings}, not "
+                         f"{store.settings}: choose another output folder")
+    todo = store.missing((u.id, u) for u in utterances)
     classifier = model
     with progress_bar(len(todo), f"decode human-bot {mode}", progress, unit="utterance") as bar:
-        for start in range(0, len(todo), STORE_EVERY):
-            batch = todo[start:start + STORE_EVERY]
+        async def compute(batch: list[HumanBotUtterance]) -> list[dict[str, Any]]:
+            nonlocal classifier
             results, named = await detect(
                 client, [u.dialogue.to_request() for u in batch], mode=mode, threshold=threshold,
                 evidence_threshold=None, model=model, chunk_size=chunk_size, bar=bar)
             classifier = named or classifier
-            rows = [{"id": u.id, "is_contradiction": r.is_contradiction,
-                     "probability": r.probability, "classifier": classifier}
-                    for u, r in zip(batch, results)]
-            store.append(rows)
-            stored.update({r["id"]: r for r in rows})
+            return [{"is_contradiction": r.is_contradiction, "probability": r.probability,
+                     "classifier": classifier} for r in results]
+
+        await store.fill(todo, STORE_EVERY, compute)
+    stored = store.rows
     classifier = classifier or next((r.get("classifier") for r in stored.values()
                                      if r.get("classifier")), None)
     predictions = [Prediction(bool(stored[u.id]["is_contradiction"]),

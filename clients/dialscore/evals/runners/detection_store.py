@@ -1,6 +1,6 @@
-"""Resumable detection for the DECODE runner: POST /v1/contradiction answers kept in an
-append-only JSON Lines file, so a stopped run detects only the dialogues still missing when it is
-started again.
+"""Resumable detection for the DECODE runner: POST /v1/contradiction answers kept in a
+:class:`~dialscore.reporting.resume_store.ResumeStore`, so a stopped run detects only the
+dialogues still missing when it is started again.
 
 One file per detector mode (``decode-<mode>-<model or "default">.detections.jsonl``); each row is
 one dialogue::
@@ -23,11 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from dialscore.batching import chunked
 from dialscore.evals.runners.score_store import score_settings
 from dialscore.evals.scorers import detect
 from dialscore.evals.served import Served
-from dialscore.reporting.jsonl_store import append_rows, content_key, read_keyed_rows
+from dialscore.reporting.resume_store import ResumeStore, content_key
 from dialscore.reporting.progress import Bar
 from dialscore.types import ContradictionResult
 
@@ -62,45 +61,45 @@ class DurableDetection:
     def __init__(self, out_dir: str | Path, served: Served, *, mode: str, threshold: float,
                  evidence_threshold: float | None, model: str | None,
                  block_dialogues: int | None = None):
-        self.path = Path(out_dir) / f"decode-{mode}-{model or 'default'}.detections.jsonl"
-        self.settings = {**score_settings("contradiction", served, model=model, nll_model=None,
-                                          mode=mode),
-                         "threshold": threshold, "evidence_threshold": evidence_threshold}
+        settings = {**score_settings("contradiction", served, model=model, nll_model=None,
+                                     mode=mode),
+                    "threshold": threshold, "evidence_threshold": evidence_threshold}
+        self.store = ResumeStore(Path(out_dir) / f"decode-{mode}-{model or 'default'}.detections.jsonl",
+                                 key="key", settings=settings, valid=_valid)
         self.mode, self.threshold, self.evidence_threshold = mode, threshold, evidence_threshold
         self.model = model
         self.block = BLOCK_DIALOGUES if block_dialogues is None else block_dialogues
         if self.block < 1:
             raise ValueError("block_dialogues must be at least 1")
-        #: Dialogues answered from the store and by the service; rows left out of the store.
-        self.reused = self.detected = self.invalid_rows = self.stale_rows = 0
+        #: Dialogues answered from the store and by the service.
+        self.reused = self.detected = 0
 
     async def detect(self, client: AsyncDialscoreClient, dialogues: Sequence[Mapping[str, Any]],
                      *, chunk_size: int, bar: Bar) -> tuple[list[ContradictionResult], str | None]:
         """Every dialogue's result, in order, and the classifier the service named (as
         :func:`~dialscore.evals.scorers.detect`): stored answers reused, the rest detected."""
-        read = read_keyed_rows(self.path, self.settings, _valid)
-        self.invalid_rows, self.stale_rows = read.invalid, read.stale
+        stored = self.store.load()
         keys = [dialogue_key(d) for d in dialogues]
-        found = {k: ContradictionResult.model_validate(read.rows[k]["result"])
-                 for k in keys if k in read.rows}
-        classifier = next((read.rows[k]["classifier"] for k in found), None)
-        self.reused = sum(k in found for k in keys)
+        classifier = next((stored[k]["classifier"] for k in keys if k in stored), None)
+        self.reused = sum(k in stored for k in keys)
         bar.update(self.reused)
-        todo = list({k: d for k, d in zip(keys, dialogues) if k not in found}.items())
-        for _, block in chunked(todo, self.block):
+
+        async def compute(block: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+            nonlocal classifier
             results, named = await detect(
-                client, [d for _, d in block], mode=self.mode, threshold=self.threshold,
+                client, block, mode=self.mode, threshold=self.threshold,
                 evidence_threshold=self.evidence_threshold, model=self.model,
                 chunk_size=chunk_size, bar=bar)
             classifier = named or classifier
-            append_rows(self.path, [{"key": k, "settings": self.settings,
-                                     "result": r.model_dump(), "classifier": named}
-                                    for (k, _), r in zip(block, results)])
-            found.update((k, r) for (k, _), r in zip(block, results))
-            self.detected += len(block)
-        return [found[k] for k in keys], classifier or self.model
+            return [{"result": r.model_dump(), "classifier": named} for r in results]
+
+        todo = self.store.missing(zip(keys, dialogues))
+        await self.store.fill(todo, self.block, compute)
+        self.detected += len(todo)
+        return ([ContradictionResult.model_validate(self.store.rows[k]["result"]) for k in keys],
+                classifier or self.model)
 
     def resume_summary(self) -> dict[str, int]:
         """For the run report: dialogues reused and detected, rows invalid and stale."""
         return {"dialogues_reused": self.reused, "dialogues_detected": self.detected,
-                "rows_invalid": self.invalid_rows, "rows_stale": self.stale_rows}
+                "rows_invalid": self.store.invalid, "rows_stale": self.store.stale}

@@ -1,11 +1,12 @@
 """Resumable scoring for evaluations: a :class:`~dialscore.evals.scorers.Scorer` whose scores are
-kept in an append-only JSON Lines file, so a run that stops (a crash, Ctrl-C, the client's retry
-budget spent) scores only what is missing when it is started again, like a probe run.
+kept in a :class:`~dialscore.reporting.resume_store.ResumeStore`, so a run that stops (a crash,
+Ctrl-C, the client's retry budget spent) scores only what is missing when it is started again,
+like a probe run.
 
 Each row is one job (:class:`~dialscore.evals.scorers.ReplyCandidates`)::
 
-    {"key": <sha256 of the job>, "settings": {...}, "scores": [[value, detail, truncated], ...],
-     "models": [<the models behind the scores>]}
+    {"key": <sha256 of the job>, "settings": {...}, "models": [<the models behind the scores>],
+     "scores": [[value, detail, truncated], ...]}
 
 `key` hashes everything the service sees of the job (context turns with ids and speakers, the
 candidate texts in order, their speaker and turn id). `settings` are the scorer, its models and
@@ -14,11 +15,10 @@ checkpoints): a row written under other settings, e.g. before the checkpoint at 
 re-trained, is never reused; it is counted in :attr:`DurableScorer.stale_rows` and the job scored
 again. A row that does not parse, or parses but is invalid (a score count that does not match the
 job, a non-finite value), is counted in :attr:`DurableScorer.invalid_rows` and re-scored. The
-missing jobs are scored in blocks of `block_jobs`, each block appended with one fsync'd write as
-soon as it is scored, so at most one block's work is lost when a run stops.
+missing jobs are scored in blocks of `block_jobs`, each block appended as soon as it is scored, so
+at most one block's work is lost when a run stops.
 
-The caller holds the output folder's :class:`~dialscore.reporting.run_lock.RunLock` for the run:
-two runs appending to one store would each score the other's missing jobs.
+The caller holds the output folder's :class:`~dialscore.reporting.run_lock.RunLock` for the run.
 """
 
 from __future__ import annotations
@@ -28,10 +28,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dialscore.batching import chunked
 from dialscore.evals.scorers import CandidateScore, ReplyCandidates, Scorer, file_tag
 from dialscore.evals.served import Served
-from dialscore.reporting.jsonl_store import append_rows, content_key, read_keyed_rows
+from dialscore.reporting.resume_store import ResumeStore, content_key
 
 if TYPE_CHECKING:
     from dialscore.client import AsyncDialscoreClient
@@ -96,49 +95,48 @@ class DurableScorer:
         self.inner = inner
         self.name = inner.name
         self.detail_name = inner.detail_name
-        self.path = Path(path)
-        self.settings = dict(settings)
+        self.store = ResumeStore(path, key="key", settings=settings, valid=_valid)
         self.block_jobs = block_jobs
-        #: Rows that did not parse or were invalid (a torn line, a wrong score count): re-scored.
-        self.invalid_rows = 0
-        #: Rows written under other settings (another model revision, mode...): not reused.
-        self.stale_rows = 0
         #: Jobs whose scores came from the store, and jobs scored by the service in this run.
         self.reused_jobs = 0
         self.scored_jobs = 0
         self._stored_models: list[str | None] | None = None
+
+    @property
+    def invalid_rows(self) -> int:
+        """Rows that did not parse or were invalid (a torn line, a wrong score count): re-scored."""
+        return self.store.invalid
+
+    @property
+    def stale_rows(self) -> int:
+        """Rows written under other settings (another model revision, mode...): not reused."""
+        return self.store.stale
 
     async def score(self, client: AsyncDialscoreClient, jobs: Sequence[ReplyCandidates], *,
                     label: str, progress: bool = True) -> list[list[CandidateScore]]:
         """The inner scorer's scores of every job, in order: stored ones reused, the others
         scored in blocks and stored. A stored row whose score count differs from its job's
         candidates is invalid and re-scored."""
-        read = read_keyed_rows(self.path, self.settings, _valid)
-        self.invalid_rows, self.stale_rows, stored = read.invalid, read.stale, read.rows
+        self.store.load()
         keys = [job_key(job) for job in jobs]
-        found: dict[str, list[CandidateScore]] = {}
-        for key, job in zip(keys, jobs):
-            row = stored.get(key)
-            if row is None or key in found:
-                continue
-            if len(row["scores"]) != len(job.texts):
-                self.invalid_rows += 1
-                continue
-            found[key] = [CandidateScore(float(v), None if d is None else float(d), t)
-                          for v, d, t in row["scores"]]
-            self._stored_models = row["models"]
-        todo = list({key: job for key, job in zip(keys, jobs) if key not in found}.items())
-        self.reused_jobs = len(found)
-        for _, block in chunked(todo, self.block_jobs):
-            got = await self.inner.score(client, [job for _, job in block], label=label,
-                                         progress=progress)
+        todo = self.store.missing(zip(keys, jobs),
+                                  fits=lambda row, job: len(row["scores"]) == len(job.texts))
+        missing = {key for key, _ in todo}
+        reused = [key for key in dict.fromkeys(keys) if key not in missing]
+        self.reused_jobs = len(reused)
+        if reused:
+            self._stored_models = self.store.rows[reused[-1]]["models"]
+
+        async def compute(block: list[ReplyCandidates]) -> list[dict[str, Any]]:
+            got = await self.inner.score(client, block, label=label, progress=progress)
             models = self.inner.models_used()
-            append_rows(self.path, [{"key": key, "settings": self.settings, "models": models,
-                           "scores": [[s.value, s.detail, s.truncated] for s in scores]}
-                          for (key, _), scores in zip(block, got)])
-            found.update((key, scores) for (key, _), scores in zip(block, got))
-            self.scored_jobs += len(block)
-        return [found[key] for key in keys]
+            return [{"models": models, "scores": [[s.value, s.detail, s.truncated] for s in scores]}
+                    for scores in got]
+
+        await self.store.fill(todo, self.block_jobs, compute)
+        self.scored_jobs += len(todo)
+        return [[CandidateScore(float(v), None if d is None else float(d), t)
+                 for v, d, t in self.store.rows[key]["scores"]] for key in keys]
 
     def models_used(self) -> list[str | None]:
         """The inner scorer's models when it scored anything in this run, else the stored ones
