@@ -2,13 +2,21 @@
 # Both create .venv when needed. torch is installed first, from the pinned CPU build, so that
 # nothing later resolves a CUDA build of several GB; every other version comes from
 # constraints.txt (the exact versions CI and the Docker image use).
+#
+# `make test` also creates .venv-client, where only the client is installed (its extras, pytest
+# and jsonschema), and runs tests/client there: the client's tests need nothing of the server.
+# The client is installed as a user installs it (not editable), again whenever its files change.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PIP    := $(PY) -m pip install -q -c constraints.txt
+CLIENT_VENV  ?= .venv-client
+CLIENT_PY    := $(CLIENT_VENV)/bin/python
+CLIENT_STAMP := $(CLIENT_VENV)/.installed
+CLIENT_FILES := $(shell find clients -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*' -not -path 'clients/build/*')
 
-.PHONY: install demo test test-fast serve standins bench loadtest clean
+.PHONY: install demo test test-fast serve standins bench loadtest record-contract clean
 
 $(STAMP): pyproject.toml clients/pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,17 +25,33 @@ $(STAMP): pyproject.toml clients/pyproject.toml constraints.txt
 	$(PIP) -e './clients[reports,evals]' -e '.[test]'
 	touch $(STAMP)
 
+$(CLIENT_STAMP): $(CLIENT_FILES) constraints.txt
+	test -x $(CLIENT_PY) || $(PYTHON) -m venv $(CLIENT_VENV)
+	$(CLIENT_PY) -m pip install -q --upgrade pip
+	rm -rf clients/build  # setuptools builds in place: a module deleted since must not ship
+	$(CLIENT_PY) -m pip install -q -c constraints.txt './clients[reports,evals]' pytest pytest-timeout jsonschema
+	touch $(CLIENT_STAMP)
+
 install: $(STAMP)
 
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/dialscore demo
 
-test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest
+# The client's tests where only the client is installed (run from tests/: the repository root
+# holds the server's editable-install metadata, which Python would see from there), then
+# everything else.
+test: $(STAMP) $(CLIENT_STAMP)
+	cd tests && HF_HUB_OFFLINE=1 DIALSCORE_CLIENT_ONLY=1 $(CURDIR)/$(CLIENT_PY) -m pytest client
+	HF_HUB_OFFLINE=1 $(PY) -m pytest --ignore=tests/client
 
 # The inner loop: everything but the tests marked slow (own apps, training, cluster, soak).
 test-fast: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m 'not slow'
+
+# Rewrite tests/contract/ (the client tests' snapshot of the API) from the live app; review the
+# diff and commit it. Never run by CI.
+record-contract: $(STAMP)
+	DIALSCORE_RECORD_CONTRACT=1 HF_HUB_OFFLINE=1 $(PY) -m pytest tests/service/test_contract_snapshot.py
 
 serve: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/dialscore serve --config deployments/local.yaml
@@ -43,4 +67,4 @@ loadtest: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) loadtests/run_load.py
 
 clean:
-	rm -rf $(VENV) artifacts .pytest_cache
+	rm -rf $(VENV) $(CLIENT_VENV) artifacts .pytest_cache

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from dialscore.client import AsyncDialscoreClient
-from dialscore.model_card import DialogueFormat, ModelCard
+from dialscore.model_card import ModelCard
 from dialscore_server.scheduling.planner import BatchStats
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.errors import InputError, ServiceError
@@ -48,32 +48,11 @@ from dialscore_server.nll.engine.engine import NLLResult
 from dialscore_server.nll.serving import NLLServing, Scored
 from dialscore_server.rerank.serving import RerankServing
 from dialscore_server.scheduling.cancellation import CallGuard
+from fake_models import (
+    FAKE_CARDS, PairClassifier, RequestLog, Scorer, hash_nll, negation_probability,
+)
 
-#: The default models: a causal model with its own "why" turn, a seq2seq model whose card has no
-#: format (an older server) and a field this client does not know (a newer one), a classifier.
-FAKE_CARDS: list[ModelCard] = [
-    ModelCard(name="fake-gpt", family="causal", source="fake/gpt", revision="0123abcd",
-              max_length=1024, dtype="float32", device="cpu", stand_in=True,
-              format=DialogueFormat(turn_separator="{eos}", separator_after_last=True,
-                                    why_turn="Why is that?")),
-    ModelCard(name="fake-bart", family="seq2seq", source="fake/bart", revision=None,
-              max_length=256, dtype="float32", device="cpu", stand_in=False,
-              some_future_field={"ignored": True}),
-    ModelCard(name="fake-nli", family="classifier", source="fake/nli", revision="main",
-              max_length=512, dtype="float32", device="cpu", stand_in=True,
-              labels=["contradiction", "neutral", "entailment"], contradiction_index=0),
-]
-
-#: ``scorer(model, item_json) -> mean NLL`` (item_json as the client sent it).
-Scorer = Callable[[str, dict[str, Any]], float]
-#: ``classifier(premise, hypothesis) -> P(contradiction)`` of one NLI pair.
-PairClassifier = Callable[[str, str], float]
-
-
-def hash_nll(model: str, item: dict[str, Any]) -> float:
-    """A deterministic fake NLL in [1, 5) from the model and the item."""
-    blob = json.dumps([model, item], sort_keys=True, ensure_ascii=False).encode()
-    return 1.0 + 4.0 * int.from_bytes(hashlib.sha256(blob).digest()[:4], "big") / 2**32
+__all__ = ["FAKE_CARDS", "FakeAPI", "app_transport", "error", "hash_nll", "negation_probability"]
 
 
 def item_json(item: NLLItem) -> dict[str, Any]:
@@ -148,14 +127,6 @@ class FakeNLLEngine:
 
     def token_strings(self, ids: Sequence[int]) -> list[str]:
         return [f"<{i}>" for i in ids]
-
-
-def negation_probability(premise: str, hypothesis: str) -> float:
-    """The fake classifier: 0.9 when the hypothesis negates ("not", "never", "no") and shares a
-    word with the premise, else 0.1."""
-    neg = {"not", "never", "no", "don't", "isn't"}
-    p, h = set(premise.lower().split()), set(hypothesis.lower().split())
-    return 0.9 if h & neg and (p & h) - neg else 0.1
 
 
 class FakeDetector(ContradictionDetector):
@@ -244,7 +215,7 @@ def app_transport(app: Any) -> _Transport:
     return _Transport(app, [], {})
 
 
-class FakeAPI:
+class FakeAPI(RequestLog):
     """The API over fake engines. See the module docstring.
 
     Args:
@@ -260,14 +231,8 @@ class FakeAPI:
     def __init__(self, cards: Sequence[ModelCard] = FAKE_CARDS, scorer: Scorer = hash_nll,
                  limits: Limits | None = None, fail_after: int | None = None,
                  token: str | None = None, classifier: PairClassifier = negation_probability):
+        super().__init__(fail_after)
         self.cards = list(cards)
-        self.fail_after = fail_after
-        self.lock = threading.Lock()
-        self.nll_requests = 0
-        self.nll_items: list[tuple[str, dict[str, Any]]] = []
-        self.max_request_items = 0
-        self.paths: list[str] = []  # every request's path, in order
-        self.bodies: dict[str, list[Any]] = {}  # path -> every JSON body POSTed there, in order
         nll: dict[str, WatchedNLL] = {}
         classifiers: dict[str, ContradictionServing] = {}
         for card in self.cards:
@@ -284,12 +249,8 @@ class FakeAPI:
 
     def _hook(self, model: str) -> Callable[[Sequence[NLLItem]], None]:
         def hook(items: Sequence[NLLItem]) -> None:
-            with self.lock:
-                if self.fail_after is not None and self.nll_requests >= self.fail_after:
-                    raise ServiceError("overloaded", "going down", retry_after=0)
-                self.nll_requests += 1
-                self.nll_items.extend((model, item_json(i)) for i in items)
-                self.max_request_items = max(self.max_request_items, len(items))
+            if not self.scored(model, [item_json(i) for i in items]):
+                raise ServiceError("overloaded", "going down", retry_after=0)
         return hook
 
     def transport(self) -> _Transport:

@@ -21,7 +21,7 @@ from dialscore.client import (
 )
 from dialscore.retry_budget import RetryBudget
 from dialscore.types import NLLItem, Turn
-from fake_api import FakeAPI, error
+from contract_fake import ContractFake, error
 
 
 def ok_nll(items: list[dict], nll=lambda i, item: 1.0) -> httpx.Response:
@@ -65,7 +65,7 @@ ITEMS = [{"context": ["Hi"], "target": "Hello"}]
 # ------------------------------------------------------------------- typed results & requests
 
 def test_models_parses_provenance_and_optional_format():
-    client, _ = (DialscoreClient("http://test", transport=FakeAPI().transport()), [])
+    client, _ = (DialscoreClient("http://test", transport=ContractFake().transport()), [])
     models = {m.name: m for m in client.models()}
     assert models["fake-gpt"].format.why_turn == "Why is that?"
     assert models["fake-gpt"].revision == "0123abcd" and models["fake-gpt"].stand_in
@@ -417,7 +417,7 @@ def test_nll_many_splits_a_chunk_refused_as_too_large():
 def test_nll_many_error_names_the_item_in_the_whole_job():
     items = numbered(40)
     items[37] = {"context": ["c"], "target": ""}
-    client, _ = (DialscoreClient("http://test", transport=FakeAPI().transport()), [])
+    client, _ = (DialscoreClient("http://test", transport=ContractFake().transport()), [])
     with pytest.raises(errors.InvalidRequestError) as info:
         client.nll_many("fake-gpt", items, chunk_size=8)
     assert info.value.param == "items[37].target"
@@ -472,7 +472,7 @@ def test_async_retries_errors_and_concurrency_limit():
 
 def test_async_models_nll_and_health_against_fake_server():
     async def main():
-        async with AsyncDialscoreClient("http://test", transport=FakeAPI().transport()) as client:
+        async with AsyncDialscoreClient("http://test", transport=ContractFake().transport()) as client:
             names = [m.name for m in await client.models()]
             assert names == ["fake-gpt", "fake-bart", "fake-nli"]
             out = await client.nll("fake-gpt", ITEMS)

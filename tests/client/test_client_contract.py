@@ -1,39 +1,73 @@
-"""The client agrees with the server's own schemas and error contract (no server needed)."""
+"""The client agrees with the server's published contract: the live app's OpenAPI document and
+recorded exchanges in tests/contract/ (no server needed; tests/service/test_contract_snapshot.py
+keeps them true to the live app)."""
 
 from __future__ import annotations
 
-import typing
+import inspect
+import json
 
 import httpx
+import jsonschema
+import pytest
 
+from contract_fake import ContractFake, contract, error, recorded_cards
 from dialscore import errors
-from dialscore.client import DialscoreClient, RetryPolicy
+from dialscore.client import AsyncDialscoreClient, DialscoreClient, RetryPolicy
+from dialscore.model_card import ModelCard
 from dialscore.probes.data import Dialogue
 from dialscore.probes.run import format_choices, plan_probes
-from dialscore.model_card import ModelCard
-from dialscore_server.contract import errors as server_errors
-from dialscore_server.nll import protocol
-from fake_api import error
-from dialscore_server.checkpoints.registry import PAPER_MODELS
+
+DOCUMENT = contract().document
+EXCHANGES = contract().exchanges
 
 
-def models_entry(config) -> dict:
-    """What GET /v1/models is documented to return for a registry entry, format included."""
-    return {"name": config.name, "family": config.family, "source": config.source,
-            "revision": config.revision, "max_length": config.max_length, "dtype": config.dtype,
-            "device": config.device, "stand_in": config.stand_in,
-            "format": config.format.model_dump(mode="json")}
+def validate(schema: str, value: object) -> None:
+    """Raise jsonschema's ValidationError unless `value` is a valid document schema `schema`."""
+    jsonschema.Draft202012Validator({"$ref": f"#/components/schemas/{schema}",
+                                     "components": DOCUMENT["components"]}).validate(value)
 
 
 def test_every_server_error_type_has_a_client_class_with_the_same_status():
-    for type_ in typing.get_args(server_errors.ErrorType):
-        status = server_errors.STATUS[type_]
+    """Each type of the document's closed set, with the status and headers recorded for it: the
+    client's class for it, and retries exactly where the contract says to come back (a
+    Retry-After, or the gateway's word that it dropped the work)."""
+    types = DOCUMENT["components"]["schemas"]["ErrorDetail"]["properties"]["type"]["enum"]
+    for type_ in types:
+        status, headers = contract().errors[type_]
         cls = errors.error_class(status, type_)
         assert cls.error_type == type_, type_
         assert errors.error_class(status, None) in (cls, errors.NotFoundError)   # status fallback
+        retryable = "retry-after" in headers or headers.get("x-work-dropped") == "true"
         retried = RetryPolicy().retries(error(status, type_, "x"))
-        assert retried == (type_ in server_errors.RETRYABLE), type_
-        assert cls.retryable == (type_ in server_errors.RETRYABLE), type_
+        assert retried == retryable, type_
+        assert cls.retryable == retryable, type_
+
+
+@pytest.mark.parametrize("name", [e["name"] for e in EXCHANGES
+                                  if e["source"] == "live" and "call" in e
+                                  and e["request"]["method"] == "POST"])
+def test_the_client_reads_every_recorded_answer(name):
+    """The client call behind each recorded request sends exactly that request, and reads its
+    recorded answer: a result of the recorded model, or the error class of the recorded type
+    with the recorded param, sent once."""
+    exchange = next(e for e in EXCHANGES if e["name"] == name)
+    fake = ContractFake()
+    spec, recorded = exchange["call"], exchange["response"]
+    with DialscoreClient("http://fake", transport=fake.transport(),
+                         retry=RetryPolicy(max_attempts=1)) as client:
+        method = getattr(client, spec["method"])
+        if recorded["status"] < 400:
+            out = method(*spec["args"], **spec["kwargs"])
+            assert out.model == recorded["body"]["model"]
+        else:
+            with pytest.raises(errors.APIStatusError) as info:
+                method(*spec["args"], **spec["kwargs"])
+            err = recorded["body"]["error"]
+            assert type(info.value) is errors.error_class(recorded["status"], err["type"])
+            assert (info.value.status_code, info.value.param, info.value.attempts) == (
+                recorded["status"], err["param"], 1)
+    assert fake.replayed == [name]
 
 
 def test_probe_items_validate_against_the_servers_request_schema():
@@ -41,18 +75,16 @@ def test_probe_items_validate_against_the_servers_request_schema():
         "id": "x", "dataset": "DailyDialog", "history": [], "response": "Sure.",
         "explanations": [{"dimension": "event", "antecedent": "Asking nicely", "connective": "causes/enables",
                           "consequent": "a yes", "valid": True}]})
-    infos = [ModelCard.model_validate(models_entry(c)) for c in PAPER_MODELS if c.family != "classifier"]
+    infos = [c for c in recorded_cards() if c.family != "classifier"]
     plan = plan_probes([d], infos, ["inference", "attribution"], seed=0)
+    fake = ContractFake(infos)
     sent: list[dict] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
-        body = protocol.NLLRequest.model_validate_json(request.content)   # strict, extra=forbid
-        sent.append(body.model_dump())
-        response = protocol.NLLResponse(
-            model=body.model, source="s", revision=None, stand_in=False, append_eos=True,
-            results=[protocol.NLLResultOut(nll=1.0, num_tokens=2, truncated=False) for _ in body.items],
-            usage=protocol.Usage(source_tokens=1, target_tokens=2))
-        return httpx.Response(200, json=response.model_dump(mode="json"))
+        body = json.loads(request.content)
+        validate("NLLRequest", body)
+        sent.append(body)
+        return fake.handle(request)
 
     client = DialscoreClient("http://x", transport=httpx.MockTransport(handler))
     for info in infos:
@@ -62,31 +94,27 @@ def test_probe_items_validate_against_the_servers_request_schema():
     assert len(sent) >= len(infos)
 
 
-def test_models_entries_from_the_registry_parse_and_give_the_format_choices():
-    for config in PAPER_MODELS:
-        info = ModelCard.model_validate(models_entry(config))
-        choices = format_choices(info)
-        assert choices["why_turn"] == config.format.why_turn
-        assert choices["explanation_placement"] == config.format.knowledge_position
+def test_the_live_apps_model_cards_parse_and_give_the_format_choices():
+    listing = next(e for e in EXCHANGES if e["name"] == "models")["response"]["body"]["models"]
+    dialogue = [raw for raw in listing if raw["family"] != "classifier"]
+    assert dialogue
+    for raw in dialogue:
+        choices = format_choices(ModelCard.model_validate(raw))
+        assert choices["why_turn"] == raw["format"]["why_turn"]
+        assert choices["explanation_placement"] == raw["format"]["knowledge_position"]
         assert choices["reported_by_server"]
 
 
 def test_rerank_keywords_cover_the_servers_request_fields_and_validate():
-    """Every optional field of the server's RerankRequest is a keyword of ``rerank`` (no
+    """Every optional field of the document's RerankRequest is a keyword of ``rerank`` (no
     ``extra_body`` needed), and a body built from all of them validates against the schema."""
-    import inspect
-
-    from dialscore.client import AsyncDialscoreClient
-    from dialscore_server.rerank.protocol import RerankRequest
-
-    options = set(RerankRequest.model_fields) - {"context", "candidates"}
+    options = set(DOCUMENT["components"]["schemas"]["RerankRequest"]["properties"]) - {
+        "context", "candidates"}
     for cls in (DialscoreClient, AsyncDialscoreClient):
         assert options <= set(inspect.signature(cls.rerank).parameters), cls
     sent: list[dict] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
-        import json
-
         sent.append(json.loads(request.content))
         return httpx.Response(200, json={"results": []})
 
@@ -97,7 +125,7 @@ def test_rerank_keywords_cover_the_servers_request_fields_and_validate():
                   evidence_threshold=0.4)
     body = sent[0]
     assert set(body) == options | {"context", "candidates"}
-    request = RerankRequest.model_validate(body)
-    assert (request.speaker, request.mode, request.model, request.threshold) == ("A", "unstructured", "nli", 0.6)
+    validate("RerankRequest", body)
+    assert (body["speaker"], body["mode"], body["model"], body["threshold"]) == ("A", "unstructured", "nli", 0.6)
     client.rerank([{"speaker": "A", "text": "hi"}], ["a"])
     assert set(sent[1]) == {"context", "candidates"}  # unset options take the server's defaults

@@ -13,13 +13,12 @@ import pytest
 from dialscore import errors
 from dialscore.client import AsyncDialscoreClient, DialscoreClient, RetryPolicy
 from dialscore.types import PublishedLimits
-from dialscore_server.contract.limits import Limits
-from fake_api import FakeAPI, hash_nll
+from contract_fake import DEFAULT_LIMITS, ContractFake, hash_nll
 
 ITEMS = [{"context": ["how are you ?"], "target": f"fine number {i} ."} for i in range(23)]
 
 
-def client_for(api: FakeAPI, **kw) -> DialscoreClient:
+def client_for(api: ContractFake, **kw) -> DialscoreClient:
     return DialscoreClient("http://fake", transport=api.transport(), **kw)
 
 
@@ -28,18 +27,19 @@ def expected(items) -> list[float]:
 
 
 def test_limits_are_read_once_from_openapi():
-    api = FakeAPI(limits=Limits(max_items=5, max_dialogues=3, max_candidates=2))
+    api = ContractFake(limits={"max_items": 5, "max_dialogues": 3, "max_candidates": 2})
     with client_for(api) as client:
         first = client.limits()
         assert first == client.limits()
     assert isinstance(first, PublishedLimits)
     assert (first.max_items, first.max_dialogues, first.max_candidates) == (5, 3, 2)
-    assert first.max_body_bytes == Limits().max_body_bytes and first.max_turns == Limits().max_turns
+    assert first.max_body_bytes == DEFAULT_LIMITS["max_body_bytes"]
+    assert first.max_turns == DEFAULT_LIMITS["max_turns"]
     assert api.paths.count("/openapi.json") == 1
 
 
 def test_async_client_reads_and_caches_the_same_limits():
-    api = FakeAPI(limits=Limits(max_items=7))
+    api = ContractFake(limits={"max_items": 7})
 
     async def main():
         async with AsyncDialscoreClient("http://fake", transport=api.transport()) as client:
@@ -77,7 +77,7 @@ def test_a_failing_server_is_not_taken_for_one_without_limits():
 
 
 def test_nll_many_chunks_within_the_published_max_items():
-    api = FakeAPI(limits=Limits(max_items=5))
+    api = ContractFake(limits={"max_items": 5})
     with client_for(api, max_concurrency=3) as client:
         client.limits()
         results = client.nll_many("fake-gpt", ITEMS, chunk_size=64)
@@ -89,7 +89,7 @@ def test_nll_many_chunks_within_the_published_body_size():
     long = [{"context": ["x " * 300], "target": f"reply {i:02d}"} for i in range(12)]
     item_bytes = len(json.dumps(long[0])) + 1
     # Room for three items besides the 4096 bytes the client keeps for the rest of the body.
-    api = FakeAPI(limits=Limits(max_body_bytes=4096 + 3 * item_bytes))
+    api = ContractFake(limits={"max_body_bytes": 4096 + 3 * item_bytes})
     with client_for(api) as client:
         client.limits()
         results = client.nll_many("fake-gpt", long, chunk_size=64)
@@ -99,7 +99,7 @@ def test_nll_many_chunks_within_the_published_body_size():
 
 
 def test_unknown_limits_fall_back_to_splitting_on_413():
-    api = FakeAPI(limits=Limits(max_items=5))
+    api = ContractFake(limits={"max_items": 5})
     with client_for(api) as client:                 # limits() never called: nothing known
         results = client.nll_many("fake-gpt", ITEMS, chunk_size=64)
     assert [r.nll for r in results] == pytest.approx(expected(ITEMS))

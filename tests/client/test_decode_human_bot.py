@@ -1,7 +1,7 @@
-"""DECODE's human-bot analyses on a hand-made annotated log of four bots, scored by the fake API
-(the real app and detector over tests/fake_api.py's negation classifier: 0.9 when the utterance
-negates and shares a word with an earlier utterance of its speaker, 0.1 otherwise, 0.0 with no
-earlier utterance of its speaker). Every expected figure below was computed by hand."""
+"""DECODE's human-bot analyses on a hand-made annotated log of four bots, scored by the contract
+fake (tests/client/contract_fake.py: the documented structured detection over the negation
+classifier: 0.9 when the utterance negates and shares a word with an earlier utterance of its
+speaker, 0.1 otherwise, 0.0 with no earlier utterance of its speaker). Every expected figure below was computed by hand."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from dialscore.client import AsyncDialscoreClient
 from dialscore.evals.decode_human_bot import annotator_count, read_human_bot
 from dialscore.evals.runners.decode_human_bot import arun_decode_human_bot
-from fake_api import FakeAPI
+from contract_fake import ContractFake
 
 AGENTS = {"0": {"is_human": True}, "1": {"is_human": False}}
 
@@ -88,7 +88,7 @@ def test_expansion_counts_dedup_and_annotators(tmp_path):
 
 
 def test_hand_computed_figures_resume_and_files(tmp_path):
-    path, out, api = _write(tmp_path), tmp_path / "out", FakeAPI()
+    path, out, api = _write(tmp_path), tmp_path / "out", ContractFake()
     run = _run(path, out, api, chunk_size=4)
     m = run.metrics
     assert run.scored_now == 19
@@ -131,7 +131,7 @@ def test_hand_computed_figures_resume_and_files(tmp_path):
 
 def test_plot_written_with_matplotlib(tmp_path):
     pytest.importorskip("matplotlib")
-    run = _run(_write(tmp_path), tmp_path / "out", FakeAPI())
+    run = _run(_write(tmp_path), tmp_path / "out", ContractFake())
     png = run.files["plot"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -139,6 +139,6 @@ def test_plot_written_with_matplotlib(tmp_path):
 def test_nan_free_and_pearson_none_with_one_bot(tmp_path):
     path = tmp_path / "one.jsonl"
     path.write_text(json.dumps(LOG[0]) + "\n")
-    run = _run(path, tmp_path / "out", FakeAPI(), plot=False)
+    run = _run(path, tmp_path / "out", ContractFake(), plot=False)
     assert run.metrics.pearson_r is None and run.metrics.bots_too_few == ()
     assert not math.isnan(run.metrics.roc_auc)

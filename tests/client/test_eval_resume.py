@@ -17,13 +17,13 @@ from dialscore.evals.runners.decode import arun_decode
 from dialscore.evals.runners.mutual import arun_mutual
 from dialscore.evals.runners.robustness import arun_robustness
 from dialscore.reporting.run_lock import RunFolderInUse, RunLock
-from fake_api import FakeAPI
+from contract_fake import ContractFake
 from test_eval_runners import CARDS, DECODE, MUTUAL, ROBUST, _run, _with, fake_service
 
 STORE = "mutual-nll-fake-gpt.scores.jsonl"
 
 
-def _mutual(service: FakeAPI, tmp_path, **client_kw):
+def _mutual(service: ContractFake, tmp_path, **client_kw):
     path = tmp_path / "mutual.jsonl"
     tmp_path.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in MUTUAL))
@@ -31,12 +31,12 @@ def _mutual(service: FakeAPI, tmp_path, **client_kw):
                                                      progress=False), **client_kw))
 
 
-def _scored(service: FakeAPI) -> list[str]:
+def _scored(service: ContractFake) -> list[str]:
     """The items the service's engine scored (requests it refused are not in it)."""
     return [json.dumps(item, sort_keys=True) for _, item in service.nll_items]
 
 
-def _items(service: FakeAPI) -> list[str]:
+def _items(service: ContractFake) -> list[str]:
     return [json.dumps(i, sort_keys=True) for b in service.bodies.get("/v1/nll", [])
             for i in b["items"]]
 
@@ -59,7 +59,7 @@ def test_a_stopped_run_resumes_and_scores_each_item_once(tmp_path, monkeypatch):
     whole = fake_service()
     reference = _mutual(whole, tmp_path / "ref")
 
-    failing = FakeAPI(CARDS, scorer=lambda model, item: float(len(item["target"].split())),
+    failing = ContractFake(CARDS, scorer=lambda model, item: float(len(item["target"].split())),
                       fail_after=2)  # the service goes down after two NLL requests
     with pytest.raises(OverloadedError):
         _mutual(failing, tmp_path, retry=RetryPolicy(max_attempts=1))
@@ -79,7 +79,7 @@ def test_another_revision_is_not_reused(tmp_path):
     _mutual(fake_service(), tmp_path)
     retrained = [c.model_copy(update={"revision": "sha256:0123456789abcdef"})
                  if c.name == "fake-gpt" else c for c in CARDS]
-    service = FakeAPI(retrained, scorer=lambda model, item: float(len(item["target"].split())))
+    service = ContractFake(retrained, scorer=lambda model, item: float(len(item["target"].split())))
     run = _mutual(service, tmp_path)
     assert run.report["resume"] == {"jobs_reused": 0, "jobs_scored": 5,
                                                "rows_invalid": 0, "rows_stale": 5}

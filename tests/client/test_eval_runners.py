@@ -1,5 +1,6 @@
-"""The evaluation runners against the fake API (the server's app over fake engines, no Ray): exact metrics from known scores, what
-is sent (items, chunks, speakers), ties, unscored instances, empty variants, the sync wrapper."""
+"""The evaluation runners against the contract fake (tests/client/contract_fake.py): exact metrics
+from known scores, what is sent (items, chunks, speakers), ties, unscored instances, empty
+variants, the sync wrapper."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import json
 
 import pytest
 
+from dialscore.client import AsyncDialscoreClient
 from dialscore.model_card import ModelCard
 from dialscore.evals.decode import Prediction, decode_metrics, read_decode
 from dialscore.evals.robustness import KINDS, mean_share, synonym_replacements, variant_stats
 from dialscore.evals.runners.decode import arun_decode
 from dialscore.evals.runners.mutual import arun_mutual, run_mutual
 from dialscore.evals.runners.robustness import arun_robustness
-from fake_api import FakeAPI
+from contract_fake import ContractFake
 
 #: The served models: a dialogue model and a classifier, with the revisions reports must carry.
 CARDS = [
@@ -27,13 +29,13 @@ CARDS = [
 
 
 def fake_service(nll=lambda context, target: float(len(target.split())),
-                prob=lambda text: 0.9 if "never" in text else 0.1) -> FakeAPI:
-    """The server's own app over fake engines (tests/fake_api.py): the NLL of an item is
+                prob=lambda text: 0.9 if "never" in text else 0.1) -> ContractFake:
+    """The contract fake (tests/client/contract_fake.py): the NLL of an item is
     `nll(context, target)`; an NLI pair's contradiction probability is `prob(hypothesis)`, so the
-    real detector gives a last turn `prob(its text)` when its speaker spoke before (structured),
-    with those earlier turns as evidence above the evidence threshold, and the real reranker
-    scores a candidate ``-prob(candidate)`` when its speaker spoke before, else 0."""
-    return FakeAPI(CARDS, scorer=lambda model, item: nll(item.get("context", []), item["target"]),
+    documented detection gives a last turn `prob(its text)` when its speaker spoke before
+    (structured), with those earlier turns as evidence above the evidence threshold, and the
+    rerank scores a candidate ``-prob(candidate)`` when its speaker spoke before, else 0."""
+    return ContractFake(CARDS, scorer=lambda model, item: nll(item.get("context", []), item["target"]),
                    classifier=lambda premise, hypothesis: prob(hypothesis))
 
 
@@ -41,8 +43,12 @@ def _run(coro):
     return asyncio.run(coro)
 
 
-async def _with(service: FakeAPI, make, **kw):
-    async with service.client(**kw) as client:
+def _client(service: ContractFake, **kw) -> AsyncDialscoreClient:
+    return AsyncDialscoreClient("http://fake", transport=service.transport(), **kw)
+
+
+async def _with(service: ContractFake, make, **kw):
+    async with _client(service, **kw) as client:
         return await make(client)
 
 
@@ -245,7 +251,7 @@ def test_sync_wrapper(tmp_path):
 
     asyncio.run(inside())
     with pytest.raises(TypeError, match="arun_mutual"):
-        run_mutual(fake_service().client(), _mutual_file(tmp_path))
+        run_mutual(_client(fake_service()), _mutual_file(tmp_path))
 
 
 def test_progress_bars_and_limit(tmp_path, capsys):
@@ -260,7 +266,7 @@ def test_cli_robustness(tmp_path, monkeypatch, capsys):
     from dialscore.commands import service_args
 
     service = fake_service()
-    monkeypatch.setattr(service_args, "async_client_from_args", lambda args: service.client())
+    monkeypatch.setattr(service_args, "async_client_from_args", lambda args: _client(service))
     path = tmp_path / "robust.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in ROBUST))
     code = main(["eval", "robustness", "--data", str(path), "--scorer", "rerank", "--n", "1",

@@ -1,13 +1,15 @@
-"""The probe runner end to end against the fake API (tests/fake_api.py: the server's app over
-fake engines): items, outputs, orientation of the comparison, resume, the CLI."""
+"""The probe runner end to end against the contract fake (tests/client/contract_fake.py): items,
+outputs, orientation of the comparison, resume, the sync entry point's transport, the CLI."""
 
 from __future__ import annotations
 
 import asyncio
 import csv
 import json
+import threading
 from pathlib import Path
 
+import httpx
 import pytest
 
 from dialscore.cli import main
@@ -15,7 +17,7 @@ from dialscore.client import AsyncDialscoreClient, DialscoreClient, RetryPolicy
 from dialscore.errors import OverloadedError
 from dialscore.probes.data import Dialogue, dump_dialogues, load_dialogues
 from dialscore.probes.run import arun_probes, plan_probes, run_probes
-from fake_api import FAKE_CARDS, FakeAPI
+from contract_fake import FAKE_CARDS, ContractFake
 
 from dialscore.probes import SAMPLE_DATA as SAMPLE
 FAST = {"progress": False, "plots": False, "n_boot": 100}
@@ -31,10 +33,8 @@ def small_data(tmp_path_factory) -> Path:
     return path
 
 
-def client_for(server: FakeAPI, **kw) -> DialscoreClient:
-    client = DialscoreClient("http://fake", transport=server.transport(), **kw)
-    client._sleep = lambda s: None
-    return client
+def client_for(server: ContractFake, **kw) -> DialscoreClient:
+    return DialscoreClient("http://fake", transport=server.transport(), **kw)
 
 
 def valid_texts(path: Path) -> set[str]:
@@ -72,7 +72,7 @@ def test_items_follow_each_models_format_and_are_deduplicated():
 
 
 def test_run_writes_every_output_with_provenance(small_data, tmp_path):
-    server = FakeAPI()
+    server = ContractFake()
     out = tmp_path / "run"
     with client_for(server) as client:
         report = run_probes(client, small_data, ["fake-gpt", "fake-bart"], ["inference", "attribution"],
@@ -116,20 +116,20 @@ def test_comparison_orientation_with_a_model_that_knows_the_valid_explanations(s
         explanation = item.get("knowledge") or item["target"]
         return 1.0 if explanation in good else 3.0
 
-    with client_for(FakeAPI(scorer=knows)) as client:
+    with client_for(ContractFake(scorer=knows)) as client:
         report = run_probes(client, small_data, "fake-gpt", "inference,attribution", 0,
                             tmp_path / "knows", **FAST)
     for g in report.groups:
         assert g.accuracy == 1.0 and g.mean_delta == 2.0, g
 
-    with client_for(FakeAPI(scorer=lambda m, i: 2.0)) as client:
+    with client_for(ContractFake(scorer=lambda m, i: 2.0)) as client:
         report = run_probes(client, small_data, "fake-gpt", "attribution", 0, tmp_path / "flat", **FAST)
     for g in report.groups:                                   # ties are misses
         assert g.accuracy == 0.0 and g.mean_delta == 0.0 and g.ties == g.n
 
 
 def test_rerun_sends_no_new_scoring_requests(small_data, tmp_path):
-    first_server, again = FakeAPI(), FakeAPI()
+    first_server, again = ContractFake(), ContractFake()
     with client_for(first_server) as client:
         first = run_probes(client, small_data, None, seed=1, out_dir=tmp_path, **FAST)
     with client_for(again) as client:
@@ -141,12 +141,12 @@ def test_rerun_sends_no_new_scoring_requests(small_data, tmp_path):
 
 
 def test_a_run_that_dies_halfway_resumes(small_data, tmp_path):
-    reference_server = FakeAPI()
+    reference_server = ContractFake()
     with client_for(reference_server) as client:
         reference = run_probes(client, small_data, "fake-gpt", seed=2, out_dir=tmp_path / "ref", **FAST)
     total = reference.config["items"]
 
-    dying = FakeAPI(fail_after=3)
+    dying = ContractFake(fail_after=3)
     with client_for(dying, max_concurrency=1, retry=RetryPolicy(max_attempts=2)) as client:
         with pytest.raises(OverloadedError):
             run_probes(client, small_data, "fake-gpt", seed=2, out_dir=tmp_path / "run",
@@ -156,7 +156,7 @@ def test_a_run_that_dies_halfway_resumes(small_data, tmp_path):
     with open(scores, "a") as fh:                 # a crash in the middle of a write
         fh.write('{"id": "abc", "nll": 1.')
 
-    healthy = FakeAPI()
+    healthy = ContractFake()
     with client_for(healthy) as client:
         resumed = run_probes(client, small_data, "fake-gpt", seed=2, out_dir=tmp_path / "run",
                              chunk_size=16, **FAST)
@@ -164,7 +164,7 @@ def test_a_run_that_dies_halfway_resumes(small_data, tmp_path):
     assert resumed.config["torn_score_lines_ignored"] == 1
     assert resumed.pairs == reference.pairs
     # The torn line did not swallow the rows appended after it.
-    with client_for(FakeAPI()) as client:
+    with client_for(ContractFake()) as client:
         third = run_probes(client, small_data, "fake-gpt", seed=2, out_dir=tmp_path / "run", **FAST)
     assert third.config["items_scored_now"] == 0
 
@@ -172,7 +172,7 @@ def test_a_run_that_dies_halfway_resumes(small_data, tmp_path):
 def test_rows_that_parse_but_are_invalid_are_scored_again(small_data, tmp_path):
     """A stored row with "nll": null (or a non-number, or no tokens) is not a score: resume sends
     its item again and the report is built from the fresh score."""
-    with client_for(FakeAPI()) as client:
+    with client_for(ContractFake()) as client:
         first = run_probes(client, small_data, "fake-gpt", seed=3, out_dir=tmp_path, **FAST)
     scores = tmp_path / "scores.jsonl"
     rows = [json.loads(line) for line in scores.read_text().splitlines()]
@@ -180,7 +180,7 @@ def test_rows_that_parse_but_are_invalid_are_scored_again(small_data, tmp_path):
     rows[1]["nll"] = "1.5"
     rows[2]["num_tokens"] = 0
     scores.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    server = FakeAPI()
+    server = ContractFake()
     with client_for(server) as client:
         again = run_probes(client, small_data, "fake-gpt", seed=3, out_dir=tmp_path, **FAST)
     assert len(server.nll_items) == 3
@@ -192,9 +192,9 @@ def test_a_run_folder_is_locked_against_a_second_run(small_data, tmp_path):
     from dialscore.reporting.run_lock import RunFolderInUse, RunLock
 
     with RunLock(tmp_path):  # another run holds the folder
-        with client_for(FakeAPI()) as client, pytest.raises(RunFolderInUse, match="in use by another run"):
+        with client_for(ContractFake()) as client, pytest.raises(RunFolderInUse, match="in use by another run"):
             run_probes(client, small_data, "fake-gpt", seed=3, out_dir=tmp_path, **FAST)
-    with client_for(FakeAPI()) as client:  # released: the next run goes ahead, and releases it
+    with client_for(ContractFake()) as client:  # released: the next run goes ahead, and releases it
         run_probes(client, small_data, "fake-gpt", seed=3, out_dir=tmp_path, **FAST)
         run_probes(client, small_data, "fake-gpt", seed=3, out_dir=tmp_path, **FAST)
 
@@ -225,10 +225,10 @@ def test_writers_leave_a_live_processs_temporary_files_alone(tmp_path):
 
 
 def test_a_changed_model_revision_is_scored_afresh(small_data, tmp_path):
-    with client_for(FakeAPI()) as client:
+    with client_for(ContractFake()) as client:
         run_probes(client, small_data, "fake-gpt", "attribution", 0, tmp_path, **FAST)
     newer = [FAKE_CARDS[0].model_copy(update={"revision": "fedcba98"})] + FAKE_CARDS[1:]
-    server = FakeAPI(newer)
+    server = ContractFake(newer)
     with client_for(server) as client:
         report = run_probes(client, small_data, "fake-gpt", "attribution", 0, tmp_path, **FAST)
     assert len(server.nll_items) == report.config["items"]
@@ -236,7 +236,7 @@ def test_a_changed_model_revision_is_scored_afresh(small_data, tmp_path):
 
 
 def test_bad_model_names_are_refused_before_scoring(small_data, tmp_path):
-    server = FakeAPI()
+    server = ContractFake()
     with client_for(server) as client:
         with pytest.raises(ValueError, match="did you mean 'fake-gpt'"):
             run_probes(client, small_data, "fake-gtp", out_dir=tmp_path, **FAST)
@@ -248,16 +248,39 @@ def test_bad_model_names_are_refused_before_scoring(small_data, tmp_path):
 
 
 def test_async_runner_matches_sync_runner(small_data, tmp_path):
-    with client_for(FakeAPI()) as client:
+    with client_for(ContractFake()) as client:
         sync = run_probes(client, small_data, "fake-bart", seed=4, out_dir=tmp_path / "s", **FAST)
 
     async def go():
-        async with AsyncDialscoreClient("http://fake", transport=FakeAPI().transport(),
+        async with AsyncDialscoreClient("http://fake", transport=ContractFake().transport(),
                                         max_concurrency=3) as client:
             return await arun_probes(client, small_data, "fake-bart", seed=4, out_dir=tmp_path / "a",
                                      chunk_size=7, **FAST)
 
     assert asyncio.run(go()).pairs == sync.pairs
+
+
+class SyncOnly(httpx.BaseTransport):
+    """A transport that serves sync clients only (as an ``httpx.HTTPTransport`` does)."""
+
+    def __init__(self, inner: httpx.BaseTransport):
+        self.inner = inner
+        self.threads: set[str] = set()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.threads.add(threading.current_thread().name)
+        return self.inner.handle_request(request)
+
+
+def test_run_probes_sends_through_the_sync_clients_own_transport(small_data, tmp_path):
+    """run_probes runs the async runner; the sync client's transport still carries every request,
+    a sync-only one from worker threads."""
+    server = ContractFake()
+    transport = SyncOnly(server.transport())
+    with DialscoreClient("http://fake", transport=transport) as client:
+        report = run_probes(client, small_data, "fake-gpt", "attribution", 0, tmp_path, **FAST)
+    assert len(server.nll_items) == report.config["items"] > 0
+    assert "/v1/models" in server.paths and threading.main_thread().name not in transport.threads
 
 
 # ------------------------------------------------------------------- CLI
@@ -266,7 +289,7 @@ def test_async_runner_matches_sync_runner(small_data, tmp_path):
 def fake_cli(monkeypatch):
     from dialscore.commands import service_args
 
-    server = FakeAPI()
+    server = ContractFake()
 
     def factory(args):
         assert args.url == "http://fake"

@@ -21,7 +21,7 @@ from dialscore.reporting.envelope import (
 )
 from dialscore.reporting.rows import write_json
 from dialscore.reporting.tables import format_table, render_grid
-from fake_api import FAKE_CARDS, FakeAPI
+from contract_fake import FAKE_CARDS, ContractFake
 
 # --- the atomic writer ---------------------------------------------------------------------------
 
@@ -178,7 +178,7 @@ def test_probe_and_evaluation_reports_open_with_the_same_envelope(tmp_path):
     from dialscore.probes import SAMPLE_DATA
     from dialscore.probes.run import run_probes
 
-    with DialscoreClient("http://fake", transport=FakeAPI().transport()) as client:
+    with DialscoreClient("http://fake", transport=ContractFake().transport()) as client:
         run_probes(client, SAMPLE_DATA, "fake-gpt", "attribution", out_dir=tmp_path / "probe",
                    progress=False, plots=False, n_boot=20)
     mutual = tmp_path / "mutual.jsonl"
@@ -186,7 +186,7 @@ def test_probe_and_evaluation_reports_open_with_the_same_envelope(tmp_path):
                                   "options": ["m : a", "m : b", "m : c", "m : d"]}) + "\n")
 
     async def go():
-        async with AsyncDialscoreClient("http://fake", transport=FakeAPI().transport()) as client:
+        async with AsyncDialscoreClient("http://fake", transport=ContractFake().transport()) as client:
             await arun_mutual(client, mutual, "nll", "fake-gpt", tmp_path / "eval", progress=False)
 
     asyncio.run(go())

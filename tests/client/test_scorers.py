@@ -15,8 +15,7 @@ from dialscore.evals.scorers import (
     ContradictionScorer, NLLScorer, ReplyCandidates, RerankScorer, make_scorer,
 )
 from dialscore.types import Turn
-from dialscore_server.contract.limits import Limits
-from fake_api import FAKE_CARDS, FakeAPI, hash_nll
+from contract_fake import FAKE_CARDS, ContractFake, hash_nll
 
 SERVED = {c.name: c for c in FAKE_CARDS}
 CONTEXT = (Turn(id=0, speaker="bot", text="i have a dog ."), Turn(id=1, speaker="user", text="nice ."))
@@ -28,7 +27,7 @@ class Recorded(httpx.AsyncBaseTransport):
     """The fake API's transport, recording each request's path, JSON body and status; with
     `publish_limits=False` the deployment publishes none (GET /openapi.json is a 404)."""
 
-    def __init__(self, api: FakeAPI, publish_limits: bool = True):
+    def __init__(self, api: ContractFake, publish_limits: bool = True):
         self.inner = api.transport()
         self.publish_limits = publish_limits
         self.sent: list[tuple[str, dict, int]] = []
@@ -62,7 +61,7 @@ def direct(transport, call):
 
 
 def test_nll_scorer_is_minus_the_nll_of_each_distinct_item_within_max_items():
-    api = FakeAPI(limits=Limits(max_items=2))
+    api = ContractFake(limits={"max_items": 2})
     jobs = [ReplyCandidates(CONTEXT, REPLIES[:3] + REPLIES[:1], "bot"),
             ReplyCandidates(CONTEXT[:1], REPLIES[3:], "user")]
     scorer = NLLScorer("fake-gpt", chunk_size=64)
@@ -79,13 +78,13 @@ def test_nll_scorer_is_minus_the_nll_of_each_distinct_item_within_max_items():
 
 
 def test_contradiction_scorer_is_one_minus_the_services_probability():
-    transport = Recorded(FakeAPI(limits=Limits(max_dialogues=2)))
+    transport = Recorded(ContractFake(limits={"max_dialogues": 2}))
     jobs = [ReplyCandidates(CONTEXT, REPLIES, "bot", turn_id=2)]
     scorer = ContradictionScorer(mode="structured")
     [row] = score(scorer, jobs, transport)
     dialogues = [[*(t.to_json() for t in CONTEXT), {"id": 2, "speaker": "bot", "text": r}]
                  for r in REPLIES]
-    answer = direct(Recorded(FakeAPI()), lambda c: c.contradiction(dialogues, mode="structured"))
+    answer = direct(Recorded(ContractFake()), lambda c: c.contradiction(dialogues, mode="structured"))
     assert [s.detail for s in row] == [r.probability for r in answer.results]
     assert [s.value for s in row] == pytest.approx([1 - r.probability for r in answer.results])
     assert row[0].value == pytest.approx(0.1) and row[1].value == pytest.approx(0.9)
@@ -98,11 +97,11 @@ def test_contradiction_scorer_is_one_minus_the_services_probability():
 
 
 def test_rerank_scorer_gives_the_rerankers_scores_within_max_candidates():
-    transport = Recorded(FakeAPI(limits=Limits(max_candidates=2)))
+    transport = Recorded(ContractFake(limits={"max_candidates": 2}))
     jobs = [ReplyCandidates(CONTEXT, REPLIES, "bot"), ReplyCandidates(CONTEXT, REPLIES[:1], None)]
     scorer = RerankScorer(nll_model="fake-gpt")
     got = score(scorer, jobs, transport)
-    whole = direct(Recorded(FakeAPI()), lambda c: c.rerank(
+    whole = direct(Recorded(ContractFake()), lambda c: c.rerank(
         [t.to_json() for t in CONTEXT], list(REPLIES), speaker="bot", nll_model="fake-gpt"))
     by_index = {r.index: r for r in whole.results}
     assert [s.value for s in got[0]] == pytest.approx([by_index[i].score for i in range(5)])
@@ -116,7 +115,7 @@ def test_rerank_scorer_gives_the_rerankers_scores_within_max_candidates():
 
 
 def test_unknown_limits_fall_back_to_halving_on_413():
-    api = FakeAPI(limits=Limits(max_dialogues=2, max_candidates=2))
+    api = ContractFake(limits={"max_dialogues": 2, "max_candidates": 2})
     jobs = [ReplyCandidates(CONTEXT, REPLIES, "bot", turn_id=2)]
     hidden = Recorded(api, publish_limits=False)
     contradiction = score(ContradictionScorer(chunk_size=512), jobs, hidden)
@@ -162,7 +161,7 @@ def test_decode_runner_sends_at_most_the_published_dialogues_per_request(tmp_pat
     records = [_decode_record(f"c{i}", ["i have a dog .", f"ok {i} .", "i do not have a dog ."], [0])
                for i in range(3)] + [_decode_record(f"n{i}", ["hi .", f"hey {i} ."], []) for i in range(4)]
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    transport = Recorded(FakeAPI(limits=Limits(max_dialogues=3)))
+    transport = Recorded(ContractFake(limits={"max_dialogues": 3}))
     run = direct(transport, lambda c: arun_decode(c, path, tmp_path / "out", progress=False))
     bodies = transport.bodies("/v1/contradiction")
     assert max(len(b["dialogues"]) for b in bodies) == 3
@@ -177,7 +176,7 @@ def test_mutual_rerank_runner_sends_at_most_the_published_candidates(tmp_path):
     path = tmp_path / "mutual.jsonl"
     path.write_text(json.dumps({"id": "d_1", "answers": "A", "article": "m : i love dogs . f : ok .",
                                 "options": ["m : i hate dogs .", "m : a", "m : b", "m : c"]}) + "\n")
-    limited, unlimited = Recorded(FakeAPI(limits=Limits(max_candidates=3))), Recorded(FakeAPI())
+    limited, unlimited = Recorded(ContractFake(limits={"max_candidates": 3})), Recorded(ContractFake())
     runs = [direct(t, lambda c: arun_mutual(c, path, "rerank", None, tmp_path / name, progress=False))
             for t, name in ((limited, "a"), (unlimited, "b"))]
     assert runs[0].scores == runs[1].scores
