@@ -1,9 +1,9 @@
 """Autoscaling across nodes: Serve adds a model replica under load, Ray's (fake) autoscaler adds a
 GPU node for it, and both go away after the load. Records the timeline and plots it.
 
-    python loadtests/autoscale_cluster.py [--load-seconds 40] [--idle-seconds 90] [--out runs/autoscale]
+    python -m loadtests.autoscale_cluster [--load-seconds 40] [--idle-seconds 90] [--out runs/autoscale]
 
-A local cluster (localcluster): a head (2 logical CPUs, no GPU) and Ray's fake
+A local cluster (tests/cluster/localcluster.py): a head (2 logical CPUs, no GPU) and Ray's fake
 autoscaler with one worker type `gpu` (2 CPUs, 1 GPU; min_workers 0, max_workers 2, idle timeout
 6 s). The application is the stand-in NLL model with `num_gpus: 1` and Serve autoscaling 1-2
 replicas (target 2 ongoing requests, up after 2 s, down after 10 s), one gateway on the head.
@@ -21,21 +21,23 @@ node gone). Bounded in time; loopback only.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
-import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import httpx
 
-MODEL = "dialogpt-medium"
+from dialscore_server.checkpoints.standins import build_stand_ins, templated_sentences
+from dialscore_server.gateway.embedded import free_port
+from loadtests.common import NLL_MODEL, ROOT, parser, write_json
+from tests.cluster.localcluster import Autoscaler, LocalCluster, sample_sum
+
+MODEL = NLL_MODEL
 DEPLOYMENT = f"nll-{MODEL}"
 #: Serve autoscaling of the model: short delays so the whole demo fits in about 3 minutes
 #: (the production values and why: deployments/cluster.yaml).
@@ -47,6 +49,7 @@ ITEMS_PER_REQUEST = 32
 
 
 def app_args(stand_ins: Path) -> dict[str, Any]:
+    """The demo's application: one gateway and the autoscaled stand-in model (see above)."""
     return {"stand_ins": str(stand_ins), "request_timeout_s": 60, "queue_timeout_s": 10,
             "gateway_num_cpus": 0.25,
             "models": [{"name": MODEL, "serving": {
@@ -54,10 +57,8 @@ def app_args(stand_ins: Path) -> dict[str, Any]:
                 "max_queued_requests": 256, "autoscaling_config": AUTOSCALING}}]}
 
 
-def sample(cluster, started: float, done: dict[str, int]) -> dict[str, Any]:
+def sample(cluster: LocalCluster, started: float, done: dict[str, int]) -> dict[str, Any]:
     """One row of the timeline."""
-    from localcluster import sample_sum
-
     nodes = cluster.nodes()
     replicas = cluster.replicas().get(DEPLOYMENT, [])
     texts = cluster.metrics()
@@ -72,17 +73,12 @@ def sample(cluster, started: float, done: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def record_timeline(stand_ins: Path, load_s: float, idle_s: float, on_row=None,
+def record_timeline(stand_ins: Path, load_s: float, idle_s: float,
+                    on_row: Callable[[dict[str, Any]], object] | None = None,
                     max_load_s: float | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run the scenario; return the timeline rows and the summary (times in seconds). With
     `max_load_s`, the load goes on after `load_s` until the second replica is RUNNING (at most
     `max_load_s` in all): on a busy machine its start-up can outlast a fixed load."""
-    import httpx
-
-    from dialscore_server.checkpoints.standins import templated_sentences
-    from dialscore_server.gateway.embedded import free_port
-    from localcluster import Autoscaler, LocalCluster
-
     pool = templated_sentences(500, seed=3)
     body = {"model": MODEL, "items": [{"context": pool[k:k + 4], "target": pool[k + 5]}
                                       for k in range(ITEMS_PER_REQUEST)]}
@@ -149,7 +145,9 @@ def record_timeline(stand_ins: Path, load_s: float, idle_s: float, on_row=None,
     return rows, summarize(rows, marks)
 
 
-def first(rows: list[dict[str, Any]], after: float, test) -> float | None:
+def first(rows: list[dict[str, Any]], after: float,
+          test: Callable[[dict[str, Any]], bool]) -> float | None:
+    """The time of the first good row at or after `after` that passes `test` (None: none)."""
     return next((r["t"] for r in rows if "error" not in r and r["t"] >= after and test(r)), None)
 
 
@@ -183,6 +181,7 @@ def summarize(rows: list[dict[str, Any]], marks: dict[str, float]) -> dict[str, 
 
 
 def plot(rows: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> None:
+    """The timeline as a PNG at `path` (written whole, then moved into place)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -213,22 +212,20 @@ def plot(rows: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> Non
     os.replace(tmp, path)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__doc__)
     ap.add_argument("--load-seconds", type=float, default=40)
     ap.add_argument("--idle-seconds", type=float, default=90)
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "autoscale")
     ap.add_argument("--stand-ins", type=Path, default=ROOT / "artifacts" / "stand-ins")
-    args = ap.parse_args()
-
-    from dialscore_server.checkpoints.standins import build_stand_ins
+    args = ap.parse_args(argv)
 
     build_stand_ins(args.stand_ins)
     args.out.mkdir(parents=True, exist_ok=True)
     rows, summary = record_timeline(args.stand_ins, args.load_seconds, args.idle_seconds,
                                     on_row=lambda r: print(json.dumps(r), flush=True))
     (args.out / "timeline.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(args.out / "summary.json", summary)
     plot(rows, summary, args.out / "timeline.png")
     print(json.dumps(summary, indent=2))
     return 0

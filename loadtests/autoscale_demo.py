@@ -1,6 +1,6 @@
 """Show the NLL deployment autoscaling (1 -> 2 replicas under load, back to 1 after it).
 
-    python loadtests/autoscale_demo.py [--load-seconds 40] [--idle-seconds 45]
+    python -m loadtests.autoscale_demo [--load-seconds 40] [--idle-seconds 45]
 
 Starts deployments/autoscale-local.yaml on a free loopback port, sends closed-loop NLL traffic
 from 8 concurrent clients for --load-seconds, then stops and waits --idle-seconds, printing every
@@ -12,37 +12,34 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import threading
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import httpx
+
+from dialscore_server.checkpoints.standins import templated_sentences
+from dialscore_server.gateway.embedded import app_args_from_yaml
+from loadtests.common import NLL_MODEL, ROOT, parser, serve_app
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__doc__)
     ap.add_argument("--load-seconds", type=float, default=40)
     ap.add_argument("--idle-seconds", type=float, default=45)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
-    from dialscore_server.gateway.embedded import app_args_from_yaml, serve_locally
-
-    with serve_locally(app_args_from_yaml(ROOT / "deployments" / "autoscale-local.yaml")) as url:
+    with serve_app(app_args_from_yaml(ROOT / "deployments" / "autoscale-local.yaml"),
+                   name="dialscore", num_cpus=None) as url:
         return drive(url, args)
 
 
 def drive(url: str, args: argparse.Namespace) -> int:
-    import httpx
+    """Load the app at `url`, then idle, printing the replica count every 2 s."""
     from ray import serve
 
-    from dialscore_server.checkpoints.standins import templated_sentences
-
     pool = templated_sentences(500, seed=3)
-    body = {"model": "dialogpt-medium",
+    body = {"model": NLL_MODEL,
             "items": [{"context": pool[k:k + 4], "target": pool[k + 5]} for k in range(32)]}
     done = {"n": 0, "errors": 0}
     stop = threading.Event()
@@ -56,7 +53,7 @@ def drive(url: str, args: argparse.Namespace) -> int:
             await asyncio.gather(*(worker() for _ in range(8)))
 
     def replicas() -> int:
-        dep = serve.status().applications["dialscore"].deployments["nll-dialogpt-medium"]
+        dep = serve.status().applications["dialscore"].deployments[f"nll-{NLL_MODEL}"]
         return dep.replica_states.get("RUNNING", 0)
 
     loader = threading.Thread(target=lambda: asyncio.run(load()), daemon=True)

@@ -1,72 +1,63 @@
 """Engine speed by token budget (padded tokens per forward pass), reuse off and on, in one run.
 
-The workload is bench_probe.py's (CEDAR attribution groups of clients/dialscore/probes/cedar_sample.jsonl) on the
+The workload is bench_probe's (CEDAR attribution groups of clients/dialscore/probes/cedar_sample.jsonl) on the
 same checkpoints; every (budget, reuse) engine scores all items, the engines alternate, and each
 keeps its fastest of --repeat runs. This is the measurement behind the engine's CPU default
 budget (services/dialscore_server/nll/engine/engine.py: default_token_budget).
 
-    python loadtests/bench_budget.py --model medium
-    python loadtests/bench_budget.py --model medium --dtype bfloat16 --budgets 1024,4096
+    python -m loadtests.bench_budget --model medium
+    python -m loadtests.bench_budget --model medium --dtype bfloat16 --budgets 1024,4096
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import tempfile
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from dialscore_server.checkpoints.loading import load_model
+from dialscore_server.nll.engine.encoding import EncodedItem
+from dialscore_server.nll.engine.engine import NLLEngine
+from loadtests.common import (
+    Column, Method, add_threads, attribution_workload, checkpoint, engine_run, interleave,
+    model_config, parser, quiet_torch, table,
+)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def engine_at(engine: NLLEngine, encoded: list[EncodedItem], repeat: int) -> Method:
+    """`engine` (one token budget, prefix reuse on or off) scoring all items in one call."""
+    engine.score_encoded(encoded[:14])  # warm-up
+    reuse = "on" if engine.prefix_reuse else "off"
+    return Method(f"{engine.token_budget}-{reuse}", reuse, lambda: engine_run(engine, encoded),
+                  repeat)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__)
     p.add_argument("--model", choices=["small", "medium"], default="medium")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     p.add_argument("--groups", type=int, default=12)
     p.add_argument("--budgets", default="1024,2048,4096")
     p.add_argument("--repeat", type=int, default=2)
-    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    add_threads(p)
     args = p.parse_args(argv)
 
-    from transformers.utils import logging as hf_logging
-
-    from loadtests.bench_probe import attribution_workload, checkpoint, model_config
-    from dialscore_server.checkpoints.loading import load_model, set_threads
-    from dialscore_server.nll.engine.engine import NLLEngine
-
-    hf_logging.set_verbosity_error()
-    set_threads(args.threads)
-    source = checkpoint(args.model, Path(tempfile.gettempdir()) / "dialscore-bench")
-    config = model_config(source, args.dtype, "cpu")
+    quiet_torch(args.threads)
+    config = model_config(checkpoint(args.model), args.dtype, "cpu")
     loaded = load_model(config)
-    groups, n_pairs, _ = attribution_workload(args.groups, config.format.why_turn)
-    items = [it for g in groups for it in g]
-    engines = {(b, r): NLLEngine(config, loaded=loaded, token_budget=b, prefix_reuse=r,
-                                 num_threads=args.threads)
-               for b in map(int, args.budgets.split(",")) for r in (False, True)}
-    encoded = [next(iter(engines.values())).encode(i) for i in items]
-    for e in engines.values():
-        e.score_encoded(encoded[:14])
-    runs: dict = {k: [] for k in engines}
-    stats = {}
-    for _ in range(args.repeat):
-        for k, e in engines.items():
-            t = time.perf_counter()
-            _, stats[k] = e.score_encoded(encoded)
-            runs[k].append(time.perf_counter() - t)
-    print(f"model {args.model} {args.dtype}, {len(items)} items, {n_pairs} pairs, "
+    workload = attribution_workload(args.groups, config.format.why_turn)
+    engines = [NLLEngine(config, loaded=loaded, token_budget=int(b), prefix_reuse=r,
+                         num_threads=args.threads)
+               for b in args.budgets.split(",") for r in (False, True)]
+    encoded = [engines[0].encode(i) for i in workload.items]
+    got = interleave([engine_at(e, encoded, args.repeat) for e in engines])
+    print(f"model {args.model} {args.dtype}, {len(encoded)} items, {workload.pairs} pairs, "
           f"{args.threads} threads; fastest of {args.repeat} alternating runs")
-    print(f"{'budget':>7s} {'reuse':>6s} {'seconds':>8s} {'pairs/s':>8s} {'passes':>7s} {'padding':>8s}   runs")
-    for (b, r), v in runs.items():
-        st = stats[(b, r)]
-        print(f"{b:7d} {'on' if r else 'off':>6s} {min(v):8.2f} {n_pairs / min(v):8.2f} "
-              f"{st.forward_passes:7d} {st.padding_waste:8.1%}   " + " ".join(f"{x:.2f}" for x in v))
+    columns = [Column("budget", 7, "d"), Column("reuse", 6), Column("seconds", 8, ".2f"),
+               Column("pairs/s", 8, ".2f"), Column("passes", 7, "d"), Column("padding", 8, ".1%"),
+               Column("  runs", 0, left=True)]
+    print(table(columns, [
+        [int(key.split("-")[0]), r.label, r.best, workload.pairs / r.best,
+         r.last.detail.forward_passes, r.last.detail.padding_waste,
+         "  " + " ".join(f"{x:.2f}" for x in r.seconds)] for key, r in got.items()]))
     return 0
 
 

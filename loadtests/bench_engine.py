@@ -1,7 +1,7 @@
 """Benchmark: the NLL engine against a naive one-item-at-a-time loop with the model's own loss.
 
 Not a test (pytest never collects loadtests/). In one run, on the same probe-shaped items (a
-dialogue context of 2-6 turns and a target reply), it times
+dialogue context of 2-6 turns and a target reply), it times, alternating run by run,
 
   (a) naive:  for each item, one forward pass with HF ``labels`` (-100 on the source), ``.loss``;
   (b) engine: ``NLLEngine.score_encoded`` on all items (token-budget batches, length-sorted,
@@ -12,8 +12,8 @@ ratio and the engine's padding waste. Both sides score the same encoded token id
 tokenization and formatting), so the timings compare forward passes only; tokenization is timed
 separately.
 
-    python loadtests/bench_engine.py --model small            # the gpt2 stand-in (2 layers, 64 wide)
-    python loadtests/bench_engine.py --model medium           # random GPT-2 with DialoGPT-medium's shapes
+    python -m loadtests.bench_engine --model small     # the gpt2 stand-in (2 layers, 64 wide)
+    python -m loadtests.bench_engine --model medium    # random GPT-2 with DialoGPT-medium's shapes
 
 ``medium`` is a random-weight GPT-2 built in memory with DialoGPT-medium's shapes (24 layers,
 1024 wide, 16 heads, vocabulary 50257, 1024 positions) around the stand-in's tokenizer; it is
@@ -23,61 +23,42 @@ handed to the engine as a ``LoadedModel``. Exit status 1 when the NLLs disagree.
 from __future__ import annotations
 
 import argparse
-import os
-import random
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from dialscore_server.checkpoints.loading import LoadedModel, load_model, resolve_device
+from dialscore_server.checkpoints.registry import stand_in_registry
+from dialscore_server.checkpoints.standins import build_stand_ins, reinit_
+from dialscore_server.nll.engine.encoding import EncodedItem
+from dialscore_server.nll.engine.engine import NLLEngine
+from loadtests.common import (
+    NLL_MODEL, Column, Method, Run, engine_run, interleave, max_abs_diff, medium_gpt2, naive_nlls,
+    parser, quiet_torch, table, templated_items, timed,
+)
 
 TOLERANCE = 1e-4
 DEFAULT_ITEMS = {"small": 400, "medium": 40}
 
 
-def probe_items(n: int, seed: int):
-    """`n` CEDAR-probe-shaped items: 2-6 templated dialogue turns and a templated target."""
-    from dialscore_server.nll.engine.encoding import NLLItem
-    from dialscore_server.checkpoints.standins import templated_sentences
-
-    rng = random.Random(seed)
-    pool = templated_sentences(2000, seed=seed + 1)
-    return [NLLItem(context=tuple(rng.sample(pool, rng.randint(2, 6))), target=rng.choice(pool))
-            for _ in range(n)]
-
-
-def build_engine(args):
+def build_engine(args: argparse.Namespace) -> tuple[NLLEngine, str]:
     """(engine, description) for --model small or medium."""
     import torch
 
-    from dialscore_server.checkpoints.loading import LoadedModel, load_model, resolve_device
-    from dialscore_server.nll.engine.engine import NLLEngine
-    from dialscore_server.checkpoints.registry import stand_in_registry
-    from dialscore_server.checkpoints.standins import build_stand_ins, reinit_
-
     root = Path(args.stand_ins or Path(tempfile.gettempdir()) / "dialscore-bench-stand-ins")
     build_stand_ins(root, kinds=["gpt2"])
-    cfg = stand_in_registry(root).get("dialogpt-medium").model_copy(update={"device": args.device})
+    cfg = stand_in_registry(root).get(NLL_MODEL).model_copy(update={"device": args.device})
     if args.model == "small":
         loaded = load_model(cfg)
         what = "gpt2 stand-in (2 layers, 64 wide, 4 heads)"
     else:
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         small = load_model(cfg)  # for its tokenizer
-        eos = small.tokenizer.eos_token_id
         torch.manual_seed(args.seed)
         start = time.perf_counter()
-        model = GPT2LMHeadModel(GPT2Config(
-            vocab_size=50257, n_positions=1024, n_embd=1024, n_layer=24, n_head=16,
-            bos_token_id=eos, eos_token_id=eos,
-        ))
         device = resolve_device(args.device)
-        model.to(device).eval()
+        model = medium_gpt2(small.tokenizer.eos_token_id).to(device)
         cfg = cfg.model_copy(update={"max_length": 1024,
                                      "description": "random GPT-2 with DialoGPT-medium's shapes"})
         loaded = LoadedModel(cfg, model, small.tokenizer, device, True, None)
@@ -91,34 +72,23 @@ def build_engine(args):
     return engine, what
 
 
-def naive_nlls(model, device, encoded) -> list[float]:
-    """One item per forward pass; the NLL is the model's own loss with -100 on source positions."""
-    import torch
-
-    out = []
-    with torch.inference_mode():
-        for e in encoded:
-            ids = torch.tensor([list(e.source_ids + e.target_ids)], device=device)
-            labels = torch.tensor([[-100] * len(e.source_ids) + list(e.target_ids)], device=device)
-            out.append(model(input_ids=ids, labels=labels).loss.item())
-    return out
+def naive_loop(engine: NLLEngine, encoded: list[EncodedItem], repeat: int) -> Method:
+    """(a): one forward pass per item through the engine's model, its own loss."""
+    device = engine.loaded.device
+    naive_nlls(engine.model, device, encoded[:2])  # warm-up
+    return Method("naive", "(a) naive loop, HF labels, 1 item",
+                  lambda: Run(naive_nlls(engine.model, device, encoded)), repeat)
 
 
-def timed(fn, device: str):
-    """(fn(), seconds), with CUDA synchronised before and after on a GPU."""
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    value = fn()
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return value, time.perf_counter() - start
+def engine_call(engine: NLLEngine, encoded: list[EncodedItem], repeat: int) -> Method:
+    """(b): every item in one ``score_encoded`` call."""
+    engine.score_encoded(encoded[:2])  # warm-up
+    return Method("engine", "(b) NLLEngine.score_encoded", lambda: engine_run(engine, encoded),
+                  repeat)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__)
     p.add_argument("--model", choices=["small", "medium"], default="small")
     p.add_argument("--items", type=int, default=None,
                    help=f"items to score (default: {DEFAULT_ITEMS['small']} small, "
@@ -141,29 +111,18 @@ def main(argv=None) -> int:
         args.reinit = 0.3
 
     import torch
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
+    quiet_torch(args.threads)
     engine, what = build_engine(args)
     device = engine.loaded.device
-    items = probe_items(n, args.seed)
-    encoded, t_encode = timed(lambda: [engine.encode(it) for it in items], "cpu")
+    items = templated_items(n, args.seed, pool_size=2000, pool_seed=args.seed + 1)
+    encoded, t_encode = timed(lambda: [engine.encode(it) for it in items])
     real = sum(e.cost for e in encoded)
     targets = sum(len(e.target_ids) for e in encoded)
-
-    # Warm up both paths (first-call allocations, kernel selection) outside the timings.
-    naive_nlls(engine.model, device, encoded[:2])
-    engine.score_encoded(encoded[:2])
-
-    runs_naive, runs_engine = [], []
-    for _ in range(repeat):  # alternate, so a burst of load from elsewhere hits both alike
-        naive, t = timed(lambda: naive_nlls(engine.model, device, encoded), device)
-        runs_naive.append(t)
-        (results, stats), t = timed(lambda: engine.score_encoded(encoded), device)
-        runs_engine.append(t)
-    t_naive, t_engine = min(runs_naive), min(runs_engine)
-    diffs = [abs(a - r.nll) for a, r in zip(naive, results)]
-    worst = max(diffs)
+    got = interleave([naive_loop(engine, encoded, repeat), engine_call(engine, encoded, repeat)],
+                     device)
+    naive, fast = got["naive"], got["engine"]
+    worst = max_abs_diff(naive.last.nlls, fast.last.nlls)
     ok = worst <= TOLERANCE
 
     print(f"model   : {args.model}: {what}")
@@ -173,23 +132,23 @@ def main(argv=None) -> int:
           f"({targets} scored target tokens, mean item {real / n:.1f} tokens); "
           f"tokenization {t_encode:.2f} s (not in the timings below)")
     print()
-    print(f"{'method':34s} {'seconds':>8s} {'tokens/s':>10s} {'target tok/s':>13s} {'items/s':>9s}"
-          "   all runs (s)")
-    for name, runs in (("(a) naive loop, HF labels, 1 item", runs_naive),
-                       ("(b) NLLEngine.score_encoded", runs_engine)):
-        t = min(runs)
-        print(f"{name:34s} {t:8.2f} {real / t:10.0f} {targets / t:13.0f} {n / t:9.1f}   "
-              + " ".join(f"{r:.2f}" for r in runs))
+    columns = [Column("method", 34, left=True), Column("seconds", 8, ".2f"),
+               Column("tokens/s", 10, ".0f"), Column("target tok/s", 13, ".0f"),
+               Column("items/s", 9, ".1f"), Column("  all runs (s)", 0, left=True)]
+    print(table(columns, [[r.label, r.best, real / r.best, targets / r.best, n / r.best,
+                           "  " + " ".join(f"{s:.2f}" for s in r.seconds)] for r in got.values()]))
     print()
+    stats = fast.last.detail
     sizes = stats.batch_sizes
-    print(f"speed ratio (engine / naive): {t_naive / t_engine:.2f}x")
+    print(f"speed ratio (engine / naive): {naive.best / fast.best:.2f}x")
     print(f"engine batches: {stats.batches} (items per batch: min {min(sizes)}, median "
           f"{statistics.median(sizes):g}, max {max(sizes)}); padding waste "
           f"{stats.padding_waste:.1%} ({stats.padded_tokens - stats.real_tokens} of "
           f"{stats.padded_tokens} computed positions)")
     print(f"NLL agreement: max |naive - engine| = {worst:.2e} over {n} items "
-          f"(mean NLL {statistics.fmean(naive):.4f}, sd {statistics.pstdev(naive):.4f}) "
-          f"-> {'OK' if ok else 'MISMATCH'} (tolerance {TOLERANCE:g})")
+          f"(mean NLL {statistics.fmean(naive.last.nlls):.4f}, sd "
+          f"{statistics.pstdev(naive.last.nlls):.4f}) -> {'OK' if ok else 'MISMATCH'} "
+          f"(tolerance {TOLERANCE:g})")
     return 0 if ok else 1
 
 

@@ -1,10 +1,10 @@
 """Fair sharing of a model replica: small-request latency alone and beside a large request, and
 the share of replica time spent on work nobody waited for.
 
-    python loadtests/bench_fairness.py --rate 4 --seconds 15 --chunk-pairs 256
-    python loadtests/bench_fairness.py --rate 4 --seconds 15 --chunk-pairs 4096   # ~ unchunked
-    python loadtests/bench_fairness.py --endpoint nll --rate 4 --seconds 15 --chunk-tokens 2048
-    python loadtests/bench_fairness.py --endpoint nll --rate 4 --seconds 15 --chunk-tokens 16384
+    python -m loadtests.bench_fairness --rate 4 --seconds 15 --chunk-pairs 256
+    python -m loadtests.bench_fairness --rate 4 --seconds 15 --chunk-pairs 4096   # ~ unchunked
+    python -m loadtests.bench_fairness --endpoint nll --rate 4 --seconds 15 --chunk-tokens 2048
+    python -m loadtests.bench_fairness --endpoint nll --rate 4 --seconds 15 --chunk-tokens 16384
 
 ``--endpoint contradiction`` (the default) measures the classifier replica as below.
 ``--endpoint nll`` measures a dialogue-model replica (stand-in DialoGPT, 2 threads): the small
@@ -25,6 +25,10 @@ One classifier replica (stand-in NLI, 2 threads). Phases, each --seconds long:
    waited), ``orphan_s / busy_s`` (the part computed after the cancel, for nobody: the goal is 0)
    and the work dropped unseen.
 
+The replica's figures are its ``dialscore_work_*`` counters, read from Ray's metrics agent
+before each phase and once the phase's work has settled (nothing in flight, no change for a
+report interval).
+
 ``--chunk-pairs 4096`` makes chunks as large as a batch may be (the replica's max_batch_pairs), so
 a large request is 4 indivisible engine calls: roughly the behaviour before chunking. Loopback
 only; every loop is bounded in count and time.
@@ -34,132 +38,126 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import tempfile
 import time
-from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import httpx
 
-from loadtests.bench_rerank import CANDIDATES, CONTEXT, pct  # noqa: E402
+from loadtests.common import (
+    NLL_MODEL, WORK, Column, RERANK_CANDIDATES, RERANK_CONTEXT, ReplicaWork, open_loop, parser,
+    percentile, replica_work, serve_app, settled_work, table,
+)
 
-MODEL = "roberta-large-mnli"
-NLL_MODEL = "dialogpt-medium"
-SMALL_NLL = {"model": NLL_MODEL, "items": [{"context": [t["text"] for t in CONTEXT], "target": c}
-                                           for c in CANDIDATES]}
+APP = "bench"
+CLASSIFIER = "roberta-large-mnli"
+SMALL_NLL = {"model": NLL_MODEL, "items": [{"context": [t["text"] for t in RERANK_CONTEXT], "target": c}
+                                           for c in RERANK_CANDIDATES]}
 LARGE_NLL = {"model": NLL_MODEL, "items": [  # 1024 items (max_items), 4 per 5-turn context
     {"context": [f"turn {t} : do you like dogs number {d} ?" for t in range(5)],
      "target": f"i never had a dog , i have {k} cats ."}
     for d in range(256) for k in range(4)]}
-LARGE = {"model": MODEL, "dialogues": [
+LARGE = {"model": CLASSIFIER, "dialogues": [
     {"turns": [{"speaker": 1, "text": f"I have {j} dogs and {d} cats."} for j in range(129)]}
     for d in range(128)]}  # 128 x 128 = 16,384 pairs
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__doc__)
     ap.add_argument("--rate", type=float, default=4)
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--chunk-pairs", type=int, default=256)
     ap.add_argument("--endpoint", choices=("contradiction", "nll"), default="contradiction")
     ap.add_argument("--chunk-tokens", type=int, default=2048)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     nll = args.endpoint == "nll"
-
-    from dialscore_server.gateway.args import AppArgs
-    from dialscore_server.gateway.embedded import serve_locally
-
-    stand_ins = Path(tempfile.gettempdir()) / "dialscore-bench" / "stand-ins"
-    app_args = AppArgs.model_validate({
-        "stand_ins": str(stand_ins), "request_timeout_s": 120,
+    app_args = {
+        "stand_ins": str(WORK / "stand-ins"), "request_timeout_s": 120,
         "models": [{"name": NLL_MODEL, "serving": {
             "num_cpus": 1 if nll else 0.2, "num_threads": 2 if nll else 1,
             "max_ongoing_requests": 128, "max_queued_requests": 512,
             "max_batch_tokens": 16384, "chunk_tokens": args.chunk_tokens}}],
-        "classifiers": [{"name": MODEL, "serving": {
+        "classifiers": [{"name": CLASSIFIER, "serving": {
             "num_cpus": 0.2 if nll else 1, "num_threads": 1 if nll else 2,
             "max_ongoing_requests": 128, "max_queued_requests": 512,
             "chunk_pairs": args.chunk_pairs}}],
-    })
-    with serve_locally(app_args, num_cpus=4, name="bench") as url:
+    }
+    with serve_app(app_args, name=APP) as url:
         measure(url, args)
     return 0
 
 
-async def stats(nll: bool) -> dict[str, float]:
-    from ray import serve
+class Phase:
+    """One phase against the app at `url`: the small stream, and optionally large requests back
+    to back (each abandoned after `give_up_s` when set) until the stream ends."""
 
-    name = f"nll-{NLL_MODEL}" if nll else f"nli-{MODEL}"
-    got = await serve.get_deployment_handle(name, "bench").work_stats.remote()
-    return {k: v for k, v in got.items() if k != "unit"}
+    def __init__(self, url: str, args: argparse.Namespace):
+        nll = args.endpoint == "nll"
+        self.url, self.rate, self.seconds = url, args.rate, args.seconds
+        self.model = NLL_MODEL if nll else CLASSIFIER
+        self.small_path, self.small = (("/v1/nll", SMALL_NLL) if nll else
+                                       ("/v1/rerank", {"context": RERANK_CONTEXT,
+                                                       "candidates": RERANK_CANDIDATES}))
+        self.large_path, self.large = ("/v1/nll", LARGE_NLL) if nll else ("/v1/contradiction", LARGE)
 
-
-def measure(url: str, args: argparse.Namespace) -> None:
-    import httpx
-
-    nll = args.endpoint == "nll"
-    small_path, small = (("/v1/nll", SMALL_NLL) if nll
-                         else ("/v1/rerank", {"context": CONTEXT, "candidates": CANDIDATES}))
-    large_path, large_body = ("/v1/nll", LARGE_NLL) if nll else ("/v1/contradiction", LARGE)
-
-    async def stream(client: httpx.AsyncClient, stop: asyncio.Event) -> list[float]:
+    async def stream(self, client: httpx.AsyncClient, stop: asyncio.Event) -> list[float]:
+        """Small requests open-loop at the rate for the phase; their latencies."""
         latencies: list[float] = []
 
-        async def one():
-            t0 = time.perf_counter()
-            r = await client.post(small_path, json=small)
+        async def one() -> None:
+            start = time.perf_counter()
+            r = await client.post(self.small_path, json=self.small)
             r.raise_for_status()
-            latencies.append(time.perf_counter() - t0)
+            latencies.append(time.perf_counter() - start)
 
-        tasks, start = [], time.perf_counter()
-        for k in range(int(args.rate * args.seconds)):
-            delay = start + k / args.rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one()))
-        await asyncio.gather(*tasks)
+        await open_loop(self.rate, self.seconds, one)
         stop.set()
         return latencies
 
-    async def large_loop(client: httpx.AsyncClient, stop: asyncio.Event, give_up_s: float | None) -> int:
+    async def large_loop(self, client: httpx.AsyncClient, stop: asyncio.Event,
+                         give_up_s: float | None) -> int:
+        """Large requests back to back until `stop` (at most 100); how many were sent."""
         sent = 0
         while not stop.is_set() and sent < 100:
             sent += 1
             try:
-                r = await client.post(large_path, json=large_body,
+                r = await client.post(self.large_path, json=self.large,
                                       timeout=httpx.Timeout(300, read=give_up_s))
                 r.raise_for_status()
             except httpx.ReadTimeout:
                 pass
         return sent
 
-    async def phase(large: bool, give_up_s: float | None = None):
-        async with httpx.AsyncClient(base_url=url, timeout=300,
+    async def traffic(self, large: bool, give_up_s: float | None) -> tuple[list[float], int]:
+        async with httpx.AsyncClient(base_url=self.url, timeout=300,
                                      limits=httpx.Limits(max_connections=200)) as client:
             stop = asyncio.Event()
-            jobs = [stream(client, stop)]
+            jobs: list[Any] = [self.stream(client, stop)]
             if large:
-                jobs.append(large_loop(client, stop, give_up_s))
-            before = await stats(nll)
+                jobs.append(self.large_loop(client, stop, give_up_s))
             out = await asyncio.gather(*jobs)
-            await asyncio.sleep(0)
-        # the running chunk, if any, finishes on its own
-        deadline = time.monotonic() + 120
-        while (await stats(nll))["in_flight"] and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-        after = await stats(nll)
-        delta = {k: after[k] - before[k] for k in after}
-        return out[0], (out[1] if large else 0), delta
+        return out[0], (out[1] if large else 0)
 
-    async def warm():
+    def run(self, large: bool, give_up_s: float | None = None
+            ) -> tuple[list[float], int, ReplicaWork]:
+        """(small latencies, large requests sent, the replica's work during the phase); the
+        running chunk, if any, finishes on its own before the work is read."""
+        before = replica_work(APP, self.model)
+        latencies, n_large = asyncio.run(self.traffic(large, give_up_s))
+        return latencies, n_large, settled_work(APP, self.model).since(before)
+
+
+def measure(url: str, args: argparse.Namespace) -> None:
+    nll = args.endpoint == "nll"
+    phase = Phase(url, args)
+
+    async def warm() -> None:
         async with httpx.AsyncClient(base_url=url, timeout=120) as client:
             for _ in range(3):
-                (await client.post(small_path, json=small)).raise_for_status()
+                (await client.post(phase.small_path, json=phase.small)).raise_for_status()
 
     asyncio.run(warm())
+    settled_work(APP, phase.model)
     if nll:
         print(f"chunk_tokens={args.chunk_tokens}; small: /v1/nll 8 items after a 6-turn context, "
               f"{args.rate:g}/s for {args.seconds:g} s; large: /v1/nll 1,024 items back to back")
@@ -167,17 +165,18 @@ def measure(url: str, args: argparse.Namespace) -> None:
         print(f"chunk_pairs={args.chunk_pairs}; small: /v1/rerank 6-turn context x 8 candidates, "
               f"{args.rate:g}/s for {args.seconds:g} s; large: /v1/contradiction 16,384 pairs back "
               "to back")
-    print(f"{'phase':<16s} {'n':>4s} {'p50 s':>7s} {'p99 s':>7s} {'large':>5s} {'busy s':>7s} "
-          f"{'wasted s':>8s} {'wasted %':>8s} {'orphan %':>8s} {'dropped':>8s}  "
-          f"(dropped in {'tokens' if nll else 'pairs'})")
+    columns = [Column("phase", 16, left=True), Column("n", 4, "d"), Column("p50 s", 7, ".3f"),
+               Column("p99 s", 7, ".3f"), Column("large", 5, "d"), Column("busy s", 7, ".2f"),
+               Column("wasted s", 8, ".2f"), Column("wasted %", 8, ".1%"),
+               Column("orphan %", 8, ".1%"), Column("dropped", 8, ".0f")]
+    rows = []
     for name, large, give_up in [("alone", False, None), ("beside large", True, None),
                                  ("large abandoned", True, 1.0)]:
-        lat, n_large, d = asyncio.run(phase(large, give_up))
-        share = d["wasted_s"] / d["busy_s"] if d["busy_s"] else 0.0
-        orphan = d["orphan_s"] / d["busy_s"] if d["busy_s"] else 0.0
-        print(f"{name:<16s} {len(lat):4d} {pct(lat, 50):7.3f} {pct(lat, 99):7.3f} {n_large:5d} "
-              f"{d['busy_s']:7.2f} {d['wasted_s']:8.2f} {100 * share:7.1f}% {100 * orphan:7.1f}% "
-              f"{int(d['dropped']):8d}")
+        lat, n_large, d = phase.run(large, give_up)
+        rows.append([name, len(lat), percentile(lat, 50), percentile(lat, 99), n_large, d.busy_s,
+                     d.wasted_s, d.wasted_s / d.busy_s if d.busy_s else 0.0,
+                     d.orphan_s / d.busy_s if d.busy_s else 0.0, d.dropped])
+    print(table(columns, rows, tail=f"  (dropped in {'tokens' if nll else 'pairs'})"))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ on CPU).
 Part 1b (``--int8-kernels``): a DialoGPT-medium MLP block (1,024 → 4,096 → 1,024, 1,024 tokens)
 in float32 (torch and oneDNN), through ``quantize_dynamic`` on each quantized engine, and through
 the engine's own int8 layer (per-row activation scales, services/dialscore_server/checkpoints/quantize.py),
-interleaved, best of --reps: the measurement behind the int8 route.
+interleaved, best of --reps: the measurement behind the int8 route. One function per route below.
 
 Part 2, agreement: the same items scored by the engine in float32 and in each reduced precision of
 ``--dtypes`` (the registry's ``dtype``: ``bfloat16``, ``int8``), the decisions compared:
@@ -30,93 +30,94 @@ The project documents bf16 as safe for a (model, task) only where agreement is a
 each row also gives the agreement's Wilson 95% interval (loadtests/agreement_stats.py): a few
 hundred decisions cannot tell 98.5% from 99.5%.
 
-    python loadtests/bench_precision.py                       # small-reinit, small-trained, int8
-    python loadtests/bench_precision.py --dtypes int8,bfloat16 --int8-kernels
-    python loadtests/bench_precision.py --models medium --probe-dialogues 6 --mutual-limit 60
+    python -m loadtests.bench_precision                       # small-reinit, small-trained, int8
+    python -m loadtests.bench_precision --dtypes int8,bfloat16 --int8-kernels
+    python -m loadtests.bench_precision --models medium --probe-dialogues 6 --mutual-limit 60
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from loadtests.agreement_stats import wilson_interval  # noqa: E402  (needs ROOT on sys.path)
+from dialscore.evals.mutual import read_mutual
+from dialscore.probes import SAMPLE_DATA
+from dialscore.probes.corruptions import corrupt_dialogues
+from dialscore.probes.data import load_dialogues
+from dialscore_server.checkpoints.quantize import int8_linear_class
+from dialscore_server.checkpoints.standins import MARKER, templated_sentences, train_causal
+from dialscore_server.nll.engine.encoding import NLLItem
+from dialscore_server.nll.engine.engine import NLLEngine
+from loadtests.agreement_stats import wilson_interval
+from loadtests.common import (
+    SHARED_DATA, WORK, Column, add_threads, best_of, checkpoint, model_config, parser, quiet_torch,
+    square_products, table, write_json,
+)
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-MUTUAL_DEV = ROOT.parent / "shared" / "data" / "mutual" / "dev.jsonl"
+MUTUAL_DEV = SHARED_DATA / "mutual" / "dev.jsonl"
 SAFE = 0.99
+#: A route of part 1b: the MLP block on an input of 1,024 tokens.
+Route = Callable[[Any], object]
 
 
 # ------------------------------------------------------------------------------------- speed
 def matmul_speeds(reps: int) -> list[tuple[str, float]]:
+    """FLOP/s of the 2048^3 product by route, interleaved (best of 3 x best of `reps`), then of
+    a float16 512^3 product (one run)."""
     import torch
 
-    from dialscore_server.nll.engine.kernels import onednn_linear_available
-
-    def best(fn):
-        fn()
-        t = float("inf")
-        for _ in range(reps):
-            s = time.perf_counter()
+    fp32 = square_products("float32")
+    routes = {"float32 torch.matmul (MKL)": fp32["torch.matmul"],
+              "bfloat16 torch.matmul (oneDNN)": square_products("bfloat16")["torch.matmul"]}
+    if "oneDNN linear" in fp32:
+        routes["float32 oneDNN linear"] = fp32["oneDNN linear"]
+    runs: dict[str, list[float]] = defaultdict(list)
+    for _ in range(3):  # interleaved: a burst of load from elsewhere hits them alike
+        for name, fn in routes.items():
             fn()
-            t = min(t, time.perf_counter() - s)
-        return t
-
-    n = 2048
-    flops = 2 * n ** 3
-    out = []
-    a32, b32 = torch.randn(n, n), torch.randn(n, n)
-    a16, b16 = a32.bfloat16(), b32.bfloat16()
+            runs[name].append(best_of(fn, reps))
+    out = [(name, 2 * 2048 ** 3 / min(runs[name])) for name in routes]
+    m = 512
+    h1, h2 = torch.randn(m, m).half(), torch.randn(m, m).half()
     with torch.inference_mode():
-        # Interleave the three so a burst of load from elsewhere hits them alike.
-        runs = defaultdict(list)
-        fns = {"float32 torch.matmul (MKL)": lambda: torch.matmul(a32, b32),
-               "bfloat16 torch.matmul (oneDNN)": lambda: torch.matmul(a16, b16)}
-        if onednn_linear_available():
-            z = torch.zeros(n)
-            fns["float32 oneDNN linear"] = (
-                lambda: torch.ops.mkldnn._linear_pointwise(a32, b32, z, "none", [], ""))
-        for _ in range(3):
-            for name, fn in fns.items():
-                runs[name].append(best(fn))
-        for name in fns:
-            out.append((name, flops / min(runs[name])))
-        m = 512
-        h1, h2 = torch.randn(m, m).half(), torch.randn(m, m).half()
-        s = time.perf_counter()
+        start = time.perf_counter()
         torch.matmul(h1, h2)
-        out.append(("float16 torch.matmul (512^3, one run)", 2 * m ** 3 / (time.perf_counter() - s)))
+        out.append(("float16 torch.matmul (512^3, one run)", 2 * m ** 3 / (time.perf_counter() - start)))
     return out
 
 
-def int8_kernel_speeds(reps: int) -> list[tuple[str, float]]:
-    """FLOP/s of a DialoGPT-medium MLP block at 1,024 tokens by route (see the docstring)."""
+def float32_linear(mlp: Any) -> dict[str, Route]:
+    """PyTorch's own float32 route (the reference of part 1b)."""
+    return {"float32 F.linear": mlp}
+
+
+def float32_onednn(mlp: Any) -> dict[str, Route]:
+    """Both layers through oneDNN's float32 linear op."""
+    import torch
+
+    def run(x: Any) -> object:
+        hidden = torch.ops.mkldnn._linear_pointwise(x, mlp[0].weight, mlp[0].bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(hidden, mlp[1].weight, mlp[1].bias, "none", [], "")
+
+    return {"float32 oneDNN linear": run}
+
+
+def quantize_dynamic_engines(mlp: Any) -> dict[str, Route]:
+    """``torch.ao.quantization.quantize_dynamic`` (per-channel weights, per-tensor activations)
+    on every quantized engine this build supports."""
     import copy
     import warnings
 
     import torch
 
-    from dialscore_server.checkpoints.quantize import int8_linear_class
-
-    m_tok, width = 1024, 1024
-    flops = 2 * 2 * m_tok * width * 4 * width
-    mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.Linear(4 * width, width))
-    x = torch.randn(m_tok, width)
-    fns = {"float32 F.linear": mlp}
-    fns["float32 oneDNN linear"] = lambda x: torch.ops.mkldnn._linear_pointwise(
-        torch.ops.mkldnn._linear_pointwise(x, mlp[0].weight, mlp[0].bias, "none", [], ""),
-        mlp[1].weight, mlp[1].bias, "none", [], "")
+    routes: dict[str, Route] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
@@ -127,31 +128,54 @@ def int8_kernel_speeds(reps: int) -> list[tuple[str, float]]:
             torch.backends.quantized.engine = engine
             q = quantize_dynamic(copy.deepcopy(mlp), {torch.nn.Linear: per_channel_dynamic_qconfig},
                                  dtype=torch.qint8)
-            fns[f"int8 quantize_dynamic ({engine}, per-tensor activations)"] = (
-                lambda x, q=q, e=engine: (setattr(torch.backends.quantized, "engine", e), q(x))[1])
+
+            def run(x: Any, q: Any = q, e: str = engine) -> object:
+                torch.backends.quantized.engine = e
+                return q(x)
+
+            routes[f"int8 quantize_dynamic ({engine}, per-tensor activations)"] = run
+    return routes
+
+
+def engine_int8_layer(mlp: Any) -> dict[str, Route]:
+    """The engine's own int8 layer (per-row activation scales) on oneDNN."""
+    import torch
+
+    torch.backends.quantized.engine = "onednn"
+    cls = int8_linear_class()
+    own = torch.nn.Sequential(cls(mlp[0].weight, mlp[0].bias), cls(mlp[1].weight, mlp[1].bias))
+
+    def run(x: Any) -> object:
         torch.backends.quantized.engine = "onednn"
-        cls = int8_linear_class()
-        own = torch.nn.Sequential(cls(mlp[0].weight, mlp[0].bias), cls(mlp[1].weight, mlp[1].bias))
-        fns["int8 engine layer (onednn, per-row activations)"] = (
-            lambda x: (setattr(torch.backends.quantized, "engine", "onednn"), own(x))[1])
+        return own(x)
+
+    return {"int8 engine layer (onednn, per-row activations)": run}
+
+
+def int8_kernel_speeds(reps: int) -> list[tuple[str, float]]:
+    """FLOP/s of a DialoGPT-medium MLP block at 1,024 tokens by route (see the docstring)."""
+    import torch
+
+    m_tok, width = 1024, 1024
+    flops = 2 * 2 * m_tok * width * 4 * width
+    mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.Linear(4 * width, width))
+    x = torch.randn(m_tok, width)
+    routes = {**float32_linear(mlp), **float32_onednn(mlp), **quantize_dynamic_engines(mlp),
+              **engine_int8_layer(mlp)}
     best: dict[str, float] = defaultdict(lambda: float("inf"))
     with torch.inference_mode():
-        for fn in fns.values():
+        for fn in routes.values():
             fn(x)
         for _ in range(reps):  # interleaved: a burst of load from elsewhere hits all alike
-            for name, fn in fns.items():
-                s = time.perf_counter()
-                fn(x)
-                best[name] = min(best[name], time.perf_counter() - s)
-    return [(name, flops / best[name]) for name in fns]
+            for name, fn in routes.items():
+                best[name] = min(best[name], best_of(lambda fn=fn: fn(x), 1))
+    return [(name, flops / best[name]) for name in routes]
 
 
 # ------------------------------------------------------------------------------------- models
-def checkpoints(names: list[str], work: Path) -> dict[str, Path]:
+def checkpoints(names: list[str], work: Path = WORK) -> dict[str, Path]:
+    """Each named model's checkpoint (see the module docstring), built on first use."""
     import shutil
-
-    from loadtests.bench_probe import checkpoint
-    from dialscore_server.checkpoints.standins import MARKER, templated_sentences, train_causal
 
     out = {}
     for name in names:
@@ -160,11 +184,9 @@ def checkpoints(names: list[str], work: Path) -> dict[str, Path]:
         elif name == "medium":
             out[name] = checkpoint("medium", work)
         elif name == "small-trained":
+            checkpoint("small", work)  # the stand-ins it starts from
             path = work / "small-trained"
             if not (path / MARKER).is_file():
-                from dialscore.probes import SAMPLE_DATA
-                from dialscore.probes.data import load_dialogues
-
                 texts = templated_sentences(3000, seed=1)
                 for d in load_dialogues(SAMPLE_DATA):
                     texts += list(d.history) + [d.response] + [e.text for e in d.explanations if e.valid]
@@ -176,26 +198,9 @@ def checkpoints(names: list[str], work: Path) -> dict[str, Path]:
     return out
 
 
-def engine_for(path: Path, dtype: str, threads: int):
-    from transformers import AutoConfig
-
-    from dialscore_server.nll.engine.engine import NLLEngine
-    from dialscore_server.checkpoints.registry import stand_in_registry
-
-    cfg = stand_in_registry(path.parent / "stand-ins").get("dialogpt-medium")
-    cfg = cfg.model_copy(update={"source": str(path), "dtype": dtype, "device": "cpu",
-                                 "max_length": AutoConfig.from_pretrained(path).n_positions})
-    return NLLEngine(cfg, num_threads=threads)
-
-
 # ------------------------------------------------------------------------------------- data
-def probe_items(why: str, dialogues: int | None):
+def probe_items(why: str, dialogues: int | None) -> dict[str, tuple[list[NLLItem], list[tuple[int, int]]]]:
     """{setting: (items, pairs)} with pairs as (valid item index, corrupted item index)."""
-    from dialscore.probes.corruptions import corrupt_dialogues
-    from dialscore.probes import SAMPLE_DATA
-    from dialscore.probes.data import load_dialogues
-    from dialscore_server.nll.engine.encoding import NLLItem
-
     ds = load_dialogues(SAMPLE_DATA)[:dialogues]
     by_id = {d.id: d for d in ds}
     out = {}
@@ -215,10 +220,8 @@ def probe_items(why: str, dialogues: int | None):
     return out
 
 
-def mutual_items(limit: int | None):
-    from dialscore.evals.mutual import read_mutual
-    from dialscore_server.nll.engine.encoding import NLLItem
-
+def mutual_items(limit: int | None) -> tuple[list[NLLItem], list[int | None]]:
+    """Each MuTual dev instance's four options after its context, and its answer."""
     insts = read_mutual(MUTUAL_DEV)[:limit]
     items, gold = [], []
     for inst in insts:
@@ -228,14 +231,77 @@ def mutual_items(limit: int | None):
     return items, gold
 
 
+# ------------------------------------------------------------------------------------- agreement
+def decisions(task: str, nlls: Sequence[float], probes: dict[str, Any], gold: list[int | None]
+              ) -> list[tuple[str, list[Any], Callable[[list[Any]], float] | None]]:
+    """The decisions `nlls` make on `task`: (what, decisions, accuracy against the gold answer
+    or None)."""
+    if task != "mutual":
+        pairs = probes[task][1]
+        return [(f"CEDAR {task}: valid < corrupted", [nlls[i] < nlls[j] for i, j in pairs],
+                 statistics.fmean)]
+    n = len(gold)
+    order = [sorted(range(4), key=lambda j: (nlls[4 * k + j], j)) for k in range(n)]
+
+    def accuracy(picks: list[Any]) -> float:
+        return statistics.fmean(x == g for x, g in zip(picks, gold) if g is not None)
+
+    return [("MuTual dev: top option", [o[0] for o in order], accuracy),
+            ("rerank: order of 4 candidates", order, None)]
+
+
+def score_tasks(path: Path, dtype: str, threads: int, tasks: dict[str, list[NLLItem]]
+                ) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Every task's item NLLs with the engine in `dtype`, and each task's seconds (one call)."""
+    engine = NLLEngine(model_config(path, dtype), num_threads=threads)
+    nlls, seconds = {}, {}
+    for task, items in tasks.items():
+        encoded = [engine.encode(i) for i in items]
+        engine.score_encoded(encoded[:8])
+        start = time.perf_counter()
+        results, _ = engine.score_encoded(encoded)
+        seconds[task] = time.perf_counter() - start
+        nlls[task] = [r.nll for r in results]
+    return nlls, seconds
+
+
+def agreement_rows(name: str, path: Path, args: argparse.Namespace,
+                   mutual: tuple[list[NLLItem], list[int | None]] | None) -> list[dict[str, Any]]:
+    """One row per (reduced dtype, decision): agreement with float32 on `name`'s checkpoint."""
+    why = model_config(path).format.why_turn
+    probes = probe_items(why, args.probe_dialogues)
+    tasks = {k: v[0] for k, v in probes.items()}
+    gold: list[int | None] = []
+    if mutual:
+        tasks["mutual"], gold = mutual
+    ref, ref_s = score_tasks(path, "float32", args.threads, tasks)
+    rows = []
+    for dtype in args.dtypes.split(","):
+        low, low_s = score_tasks(path, dtype, args.threads, tasks)
+        for task in tasks:
+            diffs = [abs(x - y) for x, y in zip(ref[task], low[task])]
+            for (what, d32, acc), (_, dlo, _) in zip(decisions(task, ref[task], probes, gold),
+                                                     decisions(task, low[task], probes, gold)):
+                same = sum(x == y for x, y in zip(d32, dlo))
+                agree = same / len(d32)
+                rows.append({"model": name, "dtype": dtype, "task": what, "decisions": len(d32),
+                             "agreement": agree, "flips": len(d32) - same,
+                             "agreement_ci": list(wilson_interval(same, len(d32))),
+                             "fp32_accuracy": acc(d32) if acc else None,
+                             "low_accuracy": acc(dlo) if acc else None,
+                             "mean_abs_dnll": statistics.fmean(diffs), "max_abs_dnll": max(diffs),
+                             "items": len(ref[task]), "fp32_s": ref_s[task], "low_s": low_s[task],
+                             "safe": agree >= SAFE})
+    return rows
+
+
 # ------------------------------------------------------------------------------------- main
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__)
     p.add_argument("--models", default="small-reinit,small-trained")
     p.add_argument("--probe-dialogues", type=int, default=None, help="first N sample dialogues (all)")
     p.add_argument("--mutual-limit", type=int, default=None, help="first N MuTual dev instances (all)")
-    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    add_threads(p)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--no-speed", action="store_true")
     p.add_argument("--dtypes", default="int8",
@@ -245,13 +311,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     import torch
-    from transformers.utils import logging as hf_logging
 
-    from dialscore_server.checkpoints.loading import set_threads
-
-    hf_logging.set_verbosity_error()
-    set_threads(args.threads)
-    report: dict = {"speed": [], "agreement": []}
+    quiet_torch(args.threads)
+    report: dict[str, Any] = {"speed": [], "agreement": []}
     print(f"machine: {os.cpu_count()} CPUs visible, {args.threads} torch threads, torch {torch.__version__}")
     if not args.no_speed:
         speeds = matmul_speeds(args.reps)
@@ -260,7 +322,6 @@ def main(argv=None) -> int:
         for name, v in speeds:
             print(f"  {name:40s} {v / 1e9:8.1f} GFLOP/s   {v / base:5.2f}x float32 torch.matmul")
             report["speed"].append({"what": name, "flops": v})
-
     if args.int8_kernels:
         speeds = int8_kernel_speeds(args.reps)
         base = speeds[0][1]
@@ -269,80 +330,27 @@ def main(argv=None) -> int:
             print(f"  {name:56s} {v / 1e9:8.1f} GFLOP/s   {v / base:5.2f}x float32 F.linear")
             report.setdefault("int8_kernels", []).append({"what": name, "flops": v})
 
-    dtypes = args.dtypes.split(",")
     names = args.models.split(",")
-    work = Path(tempfile.gettempdir()) / "dialscore-bench"
-    paths = checkpoints(names, work)
+    paths = checkpoints(names)
     mutual = mutual_items(args.mutual_limit) if MUTUAL_DEV.is_file() else None
-    rows = []
-    for name in names:
-        scores: dict[str, dict[str, list[float]]] = defaultdict(dict)
-        seconds: dict[str, dict[str, float]] = defaultdict(dict)
-        probes = None
-        for dtype in ["float32"] + dtypes:
-            engine = engine_for(paths[name], dtype, args.threads)
-            probes = probes or probe_items(engine.fmt.why_turn, args.probe_dialogues)
-            tasks = {k: v[0] for k, v in probes.items()}
-            if mutual:
-                tasks["mutual"] = mutual[0]
-            for task, items in tasks.items():
-                encoded = [engine.encode(i) for i in items]
-                engine.score_encoded(encoded[:8])
-                t = time.perf_counter()
-                results, _ = engine.score_encoded(encoded)
-                seconds[task][dtype] = time.perf_counter() - t
-                scores[task][dtype] = [r.nll for r in results]
-            del engine
-        for dtype in dtypes:
-            for task in list(scores):
-                a, b = scores[task]["float32"], scores[task][dtype]
-                diffs = [abs(x - y) for x, y in zip(a, b)]
-                if task == "mutual":
-                    items, gold = mutual
-                    n = len(gold)
-                    pick = lambda s, k: min(range(4), key=lambda j: (s[4 * k + j], j))  # noqa: E731
-                    order = lambda s, k: sorted(range(4), key=lambda j: (s[4 * k + j], j))  # noqa: E731
-                    acc = lambda d: statistics.fmean(x == g for x, g in zip(d, gold) if g is not None)  # noqa: E731
-                    variants = [("MuTual dev: top option", [pick(a, k) for k in range(n)],
-                                 [pick(b, k) for k in range(n)], acc),
-                                ("rerank: order of 4 candidates", [order(a, k) for k in range(n)],
-                                 [order(b, k) for k in range(n)], None)]
-                else:
-                    pairs = probes[task][1]
-                    variants = [(f"CEDAR {task}: valid < corrupted", [a[i] < a[j] for i, j in pairs],
-                                 [b[i] < b[j] for i, j in pairs], statistics.fmean)]
-                for what, d32, dlo, acc in variants:
-                    agree = statistics.fmean(x == y for x, y in zip(d32, dlo))
-                    same = sum(x == y for x, y in zip(d32, dlo))
-                    row = {"model": name, "dtype": dtype, "task": what, "decisions": len(d32),
-                           "agreement": agree, "flips": len(d32) - same,
-                           "agreement_ci": list(wilson_interval(same, len(d32))),
-                           "fp32_accuracy": acc(d32) if acc else None,
-                           "low_accuracy": acc(dlo) if acc else None,
-                           "mean_abs_dnll": statistics.fmean(diffs), "max_abs_dnll": max(diffs),
-                           "items": len(a), "fp32_s": seconds[task]["float32"],
-                           "low_s": seconds[task][dtype], "safe": agree >= SAFE}
-                    rows.append(row)
-                    report["agreement"].append(row)
-
+    rows = [row for name in names for row in agreement_rows(name, paths[name], args, mutual)]
+    report["agreement"] = rows
     print(f"\nreduced precision vs float32 decisions (engine in-process, one run; safe = agreement "
           f">= {SAFE:.0%}; speed = fp32 s / reduced s on the same items)")
-    hdr = (f"  {'model':14s} {'dtype':8s} {'task':36s} {'n':>5s} {'flips':>5s} {'agree':>8s} "
-           f"{'Wilson 95%':>15s} "
-           f"{'acc32':>6s} {'acc':>6s} {'mean|dNLL|':>10s} {'max|dNLL|':>9s} {'s fp32':>7s} {'s low':>7s} "
-           f"{'speed':>6s}  safe")
-    print(hdr)
-    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
-    for r in rows:
-        print(f"  {r['model']:14s} {r['dtype']:8s} {r['task']:36s} {r['decisions']:5d} {r['flips']:5d} "
-              f"{r['agreement']:8.3%} {'{:.1%}-{:.1%}'.format(*r['agreement_ci']):>15s} "
-              f"{fmt(r['fp32_accuracy']):>6s} {fmt(r['low_accuracy']):>6s} "
-              f"{r['mean_abs_dnll']:10.4f} {r['max_abs_dnll']:9.4f} {r['fp32_s']:7.2f} {r['low_s']:7.2f} "
-              f"{r['fp32_s'] / r['low_s']:6.2f}  {'yes' if r['safe'] else 'NO'}")
+    columns = [Column("model", 14, left=True), Column("dtype", 8, left=True),
+               Column("task", 36, left=True), Column("n", 5, "d"), Column("flips", 5, "d"),
+               Column("agree", 8, ".3%"), Column("Wilson 95%", 15), Column("acc32", 6, ".3f"),
+               Column("acc", 6, ".3f"), Column("mean|dNLL|", 10, ".4f"),
+               Column("max|dNLL|", 9, ".4f"), Column("s fp32", 7, ".2f"), Column("s low", 7, ".2f"),
+               Column("speed", 6, ".2f"), Column("safe", 5)]
+    print(table(columns, [
+        [r["model"], r["dtype"], r["task"], r["decisions"], r["flips"], r["agreement"],
+         "{:.1%}-{:.1%}".format(*r["agreement_ci"]), r["fp32_accuracy"], r["low_accuracy"],
+         r["mean_abs_dnll"], r["max_abs_dnll"], r["fp32_s"], r["low_s"], r["fp32_s"] / r["low_s"],
+         "yes" if r["safe"] else "NO"] for r in rows], indent="  "))
     if mutual is None:
         print(f"  (MuTual skipped: {MUTUAL_DEV} is absent)")
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1))
+    write_json(args.json, report)
     return 0
 
 

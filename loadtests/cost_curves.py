@@ -25,39 +25,38 @@ Every point is the best of --reps runs; each curve's times are also shown per un
 (seconds per item / per token / per candidate), which should stay flat or fall where the
 theory says linear or better. This machine is shared: compare points within one run.
 
-    python loadtests/cost_curves.py                       # gpt2 stand-in (64 wide), scaled down
-    python loadtests/cost_curves.py --model medium --max-items 4096 --max-candidates 256 \\
+    python -m loadtests.cost_curves                       # gpt2 stand-in (64 wide), scaled down
+    python -m loadtests.cost_curves --model medium --max-items 4096 --max-candidates 256 \\
         --max-callers 64                                  # DialoGPT-medium shapes, full ranges
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import random
 import sys
-import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from dialscore_server.nll.engine.encoding import EncodedItem
+from dialscore_server.nll.engine.engine import NLLEngine
+from loadtests.common import (
+    ROOT, add_threads, checkpoint, model_config, parser, quiet_torch, write_json,
+)
 
 FIGURES = ROOT / "docs" / "figures"
 
 
 def _kib(field: str) -> int:
+    """A ``/proc/self/status`` field, in KiB (0 when absent)."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
 
 
-def measure(fn, reps: int) -> tuple[float, float]:
+def measure(fn: Callable[[], object], reps: int) -> tuple[float, float]:
     """(best seconds of `reps` runs, peak resident growth in MiB over them)."""
     import gc
 
@@ -82,6 +81,7 @@ def measure(fn, reps: int) -> tuple[float, float]:
 
 
 def powers(lo: int, hi: int) -> list[int]:
+    """lo, then x2 (x4 when hi / lo > 64) up to below hi, then hi."""
     out, v = [], lo
     while v < hi:
         out.append(v)
@@ -89,12 +89,11 @@ def powers(lo: int, hi: int) -> list[int]:
     return out + [hi]
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__)
     p.add_argument("--model", choices=["small", "medium"], default="small")
     p.add_argument("--dtype", choices=["float32", "int8"], default="float32")
-    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    add_threads(p)
     p.add_argument("--max-items", type=int, default=1024)
     p.add_argument("--max-candidates", type=int, default=256)
     p.add_argument("--max-candidates-off", type=int, default=None,
@@ -111,15 +110,9 @@ def main(argv=None) -> int:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from transformers.utils import logging as hf_logging
 
-    from dialscore_server.nll.engine.encoding import EncodedItem
-    from dialscore_server.nll.engine.engine import NLLEngine
-    from loadtests.bench_probe import checkpoint, model_config
-
-    hf_logging.set_verbosity_error()
-    work = Path(tempfile.gettempdir()) / "dialscore-bench"
-    config = model_config(checkpoint(args.model, work), args.dtype, "cpu")
+    quiet_torch(args.threads)
+    config = model_config(checkpoint(args.model), args.dtype, "cpu")
     engines = {reuse: NLLEngine(config, num_threads=args.threads, prefix_reuse=reuse)
                for reuse in (True, False)}
     eng = engines[False]
@@ -176,7 +169,7 @@ def main(argv=None) -> int:
     # replica's single engine does.
     lock = threading.Lock()
     callers = powers(1, args.max_callers) if "callers" in wanted else []
-    data = {"x": callers, "variants": {"engine": {"seconds": [], "peak_mib": []}}}
+    data = {"x": callers, "variants": {"engine": {"x": callers, "seconds": [], "peak_mib": []}}}
     for c in callers:
         batches = [[EncodedItem(ids(48), ids(16), False) for _ in range(16)] for _ in range(c)]
 
@@ -221,7 +214,7 @@ def main(argv=None) -> int:
         fig.tight_layout()
         fig.savefig(out / f"cost_{name}.png", dpi=90)
         plt.close(fig)
-    (out / "cost_curves.json").write_text(json.dumps({"args": vars(args), "curves": curves}, indent=1))
+    write_json(out / "cost_curves.json", {"args": vars(args), "curves": curves})
     print(f"figures: {out}/cost_{{{','.join(curves)}}}.png")
     return 0
 

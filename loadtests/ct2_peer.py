@@ -43,27 +43,28 @@ def convert(source: Path, out: Path) -> Path:
     """`source` (a transformers GPT-2 checkpoint) converted to a CTranslate2 model in `out` (once).
 
     The DialoGPT-medium-shaped stand-in keeps GPT-2's 50,257-row embedding but its tokenizer has
-    far fewer tokens; CTranslate2 requires one vocabulary string per row, so the vocabulary is
-    padded with unused placeholder strings (ids the tokenizer never produces).
+    far fewer tokens; CTranslate2 requires one vocabulary string per row. The converter therefore
+    reads a staged copy of the checkpoint (its files linked, not copied) whose tokenizer has
+    unused placeholder tokens appended up to the embedding's rows (ids the benchmark's tokenizer
+    never produces); `source` itself is left as it is.
     """
+    import tempfile
+
     from ctranslate2.converters import TransformersConverter
-    from ctranslate2.converters import transformers as ct2_transformers
+    from transformers import AutoConfig, AutoTokenizer
 
     if (out / "model.bin").is_file():
         return out
-    loader = ct2_transformers.GPT2Loader
-    stock = loader.set_vocabulary
-
-    def padded(self, spec, tokens):
-        rows = spec.decoder.embeddings.weight.shape[0]
-        tokens = list(tokens) + [f"<ct2_unused_{k}>" for k in range(rows - len(tokens))]
-        stock(self, spec, tokens)
-
-    loader.set_vocabulary = padded
-    try:
-        TransformersConverter(str(source)).convert(str(out), force=True)
-    finally:
-        loader.set_vocabulary = stock
+    rows = AutoConfig.from_pretrained(source).vocab_size
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    tokenizer.add_tokens([f"<ct2_unused_{k}>" for k in range(rows - len(tokenizer))])
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp)
+        tokenizer.save_pretrained(staged)
+        for f in source.iterdir():
+            if f.is_file() and not (staged / f.name).exists():
+                (staged / f.name).symlink_to(f.resolve())
+        TransformersConverter(str(staged)).convert(str(out), force=True)
     return out
 
 
@@ -92,6 +93,7 @@ class Ct2Scorer:
         return [conv(list(e.source_ids + e.target_ids)) for e in encoded]
 
     def nlls(self, tokens: list[list[str]], target_lengths: Sequence[int]) -> list[float]:
+        """Each item's mean NLL over its last `target_lengths` tokens (its target), in order."""
         results = self.generator.score_batch(tokens, max_batch_size=self.batch_tokens,
                                              batch_type="tokens", max_input_length=0)
         out = []

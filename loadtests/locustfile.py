@@ -1,4 +1,4 @@
-"""Locust scenarios (run by loadtests/run_load.py; loopback only, bounded by --run-time).
+"""Locust scenarios (run by loadtests.run_load; loopback only, bounded by --run-time).
 
 ProbeUser:   research traffic, POST /v1/nll with 64 probe-shaped items (2-6 turns + a target).
 ChatbotUser: a chatbot's request path, POST /v1/rerank with a 6-turn context and 8 candidates.

@@ -1,4 +1,4 @@
-"""Pair-decision agreement with float32 on a large probe workload (part of loadtests/bench_probe.py).
+"""Pair-decision agreement with float32 on a large probe workload (part of loadtests.bench_probe).
 
 The timed comparison of bench_probe runs a dozen explanation groups (72 pairs): enough for speed
 ratios, far too few to tell two reduced-precision modes' agreement apart (one pair is 1.4
@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from loadtests.agreement_stats import flips, mcnemar_exact, wilson_interval
+from loadtests.common import Column, table
 
 
 def agreement(scorers: dict[str, Callable[[], list[float]]], reference: str,
@@ -61,14 +62,13 @@ def agreement(scorers: dict[str, Callable[[], list[float]]], reference: str,
 
 def print_agreement(report: dict[str, Any], labels: dict[str, str]) -> None:
     """The tables of :func:`agreement` (labels: mode name -> printed method name)."""
-    modes = report["modes"]
-    print(f"{'method':44s} {'pairs':>6s} {'flips':>5s} {'agree':>8s} {'Wilson 95%':>17s} "
-          f"{'mean|dNLL|':>10s} {'max|dNLL|':>9s} {'s (once)':>9s}")
-    for name, r in modes.items():
-        lo, hi = r["agreement_ci"]
-        print(f"{labels.get(name, name):44s} {r['pairs']:6d} {r['flips']:5d} {r['agreement']:8.2%} "
-              f"{f'{lo:.2%}-{hi:.2%}':>17s} {r['mean_abs_dnll']:10.5f} {r['max_abs_dnll']:9.5f} "
-              f"{r['seconds']:9.1f}")
+    columns = [Column("method", 44, left=True), Column("pairs", 6, "d"), Column("flips", 5, "d"),
+               Column("agree", 8, ".2%"), Column("Wilson 95%", 17), Column("mean|dNLL|", 10, ".5f"),
+               Column("max|dNLL|", 9, ".5f"), Column("s (once)", 9, ".1f")]
+    print(table(columns, [
+        [labels.get(name, name), r["pairs"], r["flips"], r["agreement"],
+         "{:.2%}-{:.2%}".format(*r["agreement_ci"]), r["mean_abs_dnll"], r["max_abs_dnll"],
+         r["seconds"]] for name, r in report["modes"].items()]))
     print(f"(reference {labels.get(report['reference'], report['reference'])}: "
           f"{report['reference_seconds']:.1f} s)")
     for p in report["paired"]:

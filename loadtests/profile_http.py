@@ -27,72 +27,66 @@ times each stage of one request, one request at a time:
 
 Then ``--clients`` closed-loop clients send every request, alternating with the engine scoring all
 items in one call in this process (bench_probe's (d)), best of ``--repeat``: the HTTP /
-in-process ratio. Traffic goes to 127.0.0.1 only; each run is bounded (``--groups``).
+in-process ratio (one function each below). Traffic goes to 127.0.0.1 only; each run is
+bounded (``--groups``).
 
-    python loadtests/profile_http.py --model small
-    python loadtests/profile_http.py --model medium
+    python -m loadtests.profile_http --model small
+    python -m loadtests.profile_http --model medium
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
 import pickle
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from pydantic import TypeAdapter
 
-from loadtests.bench_probe import (  # noqa: E402
-    DEFAULT_GROUPS, attribution_workload, checkpoint, model_config,
+from dialscore.model_card import ModelCard
+from dialscore_server.contract.limits import Limits
+from dialscore_server.contract.options import ServingOptions
+from dialscore_server.contract.reply import Reply
+from dialscore_server.contract.strict_json import loads_strict
+from dialscore_server.gateway.app import create_app
+from dialscore_server.gateway.backend import ModelDirectory
+from dialscore_server.nll.completions.serving import CompletionCall, Completed
+from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
+from dialscore_server.nll.engine.engine import NLLEngine
+from dialscore_server.nll.protocol import NLLRequest, NLLResponse, NLLResultOut, Usage
+from dialscore_server.nll.serving import NLLServing, Scored
+from loadtests.common import (
+    NLL_MODEL, Column, Method, Result, Run, add_threads, attribution_workload, best_of,
+    checkpoint, closed_loop_nll, interleave, item_json, max_abs_diff, model_config, nll_app_args,
+    parser, quiet_torch, serve_app, table,
 )
+from loadtests.bench_probe import DEFAULT_GROUPS
 
-MODEL = "dialogpt-medium"
-
-
-def best_of(fn: Callable[[], Any], reps: int) -> float:
-    """Fastest of `reps` calls of `fn`, in seconds."""
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+MODEL = NLL_MODEL
 
 
-class CannedHandle:
-    """A deployment-handle stand-in answering each request's precomputed reply at once (the
-    gateway's own work, without Ray)."""
+class CannedService:
+    """An :class:`~dialscore_server.nll.serving.NLLService` answering each request with the reply
+    precomputed for its item count, at once (the gateway's own work, without Ray)."""
 
-    def __init__(self, card, replies: dict[int, Any]):
+    def __init__(self, card: ModelCard, replies: dict[int, Reply[Scored]]):
         self._card, self._replies = card, replies
-        outer = self
 
-        class _Method:
-            def __init__(self, fn):
-                self.remote = fn
+    async def score(self, items: Sequence[NLLItem], return_tokens: bool = False) -> Reply[Scored]:
+        return self._replies[len(items)]
 
-        async def score(items, return_tokens=False):
-            return outer._replies[len(items)]
+    async def complete(self, call: CompletionCall) -> Reply[Completed]:
+        raise NotImplementedError("the profile sends POST /v1/nll only")
 
-        async def card():
-            return outer._card
-
-        self.score = _Method(score)
-        self.card = _Method(card)
+    async def card(self) -> ModelCard:
+        return self._card
 
 
-async def asgi_post(app, path: str, body: bytes) -> tuple[int, bytes]:
+async def asgi_post(app: Any, path: str, body: bytes) -> tuple[int, bytes]:
     """POST `body` to the ASGI `app` in this process; (status, response body)."""
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
              "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
@@ -120,16 +114,9 @@ async def asgi_post(app, path: str, body: bytes) -> tuple[int, bytes]:
     return status, b"".join(chunks)
 
 
-def offline_stages(bodies: list[dict], replies: list[Any], card, reps: int) -> dict[str, list[float]]:
+def offline_stages(bodies: list[dict[str, Any]], replies: list[Reply[Scored]], card: ModelCard,
+                   reps: int) -> dict[str, list[float]]:
     """Per request, seconds of each stage measured in this process (see the module docstring)."""
-    from pydantic import TypeAdapter
-
-    from dialscore_server.contract.limits import Limits
-    from dialscore_server.contract.strict_json import loads_strict
-    from dialscore_server.gateway.app import create_app
-    from dialscore_server.gateway.deployment import HandleBackend
-    from dialscore_server.nll.protocol import NLLRequest, NLLResponse, NLLResultOut, Usage
-
     limits = Limits()
     out: dict[str, list[float]] = {k: [] for k in (
         "client encode", "gateway parse", "gateway validate", "gateway respond", "gateway app",
@@ -166,9 +153,8 @@ def offline_stages(bodies: list[dict], replies: list[Any], card, reps: int) -> d
             return response_adapter.dump_json(response_adapter.validate_python(resp))
 
         out["gateway respond"].append(best_of(respond, reps))
-        handle = CannedHandle(card, {len(items): reply})
-        app = create_app(HandleBackend({MODEL: handle}, limits=limits, request_timeout_s=60,
-                                       queue_timeout_s=None, token=None))
+        app = create_app(ModelDirectory({MODEL: CannedService(card, {len(items): reply})},
+                                        limits=limits))
         status, answer = loop.run_until_complete(asgi_post(app, "/v1/nll", raw))
         assert status == 200, answer[:300]
         out["gateway app"].append(best_of(
@@ -208,154 +194,124 @@ async def sequential(url: str, bodies: list[dict]) -> dict[str, list[float]]:
     return out
 
 
-async def closed_loop(url: str, bodies: list[dict], clients: int) -> tuple[float, list[list[float]]]:
-    """Every request from `clients` concurrent closed-loop clients: (seconds, NLLs per request)."""
-    import httpx
-
-    queue = list(enumerate(bodies))
-    nlls: list[list[float]] = [[] for _ in bodies]
-    async with httpx.AsyncClient(base_url=url, timeout=1800) as client:
-        async def worker():
-            while queue:
-                k, body = queue.pop(0)
-                r = await client.post("/v1/nll", json=body)
-                r.raise_for_status()
-                nlls[k] = [x["nll"] for x in r.json()["results"]]
-
-        t = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(clients)))
-        return time.perf_counter() - t, nlls
+def in_process(engine: NLLEngine, encoded: list[EncodedItem], repeat: int) -> Method:
+    """The engine scoring every item in one call in this process (bench_probe's (d))."""
+    return Method("local", "in-process, all items in one call",
+                  lambda: Run([r.nll for r in engine.score_encoded(encoded)[0]]), repeat)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def over_http(url: str, bodies: list[dict[str, Any]], clients: int, repeat: int) -> Method:
+    """Every request from `clients` concurrent closed-loop clients."""
+    def run() -> Run:
+        got = asyncio.run(closed_loop_nll(url, bodies, clients, timeout=1800))
+        return Run([x for r in got.nlls for x in r], seconds=got.seconds)
+
+    return Method("http", "HTTP", run, repeat)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__)
     p.add_argument("--model", choices=["small", "medium"], default="small")
     p.add_argument("--groups", type=int, default=None,
                    help=f"explanation groups (default {DEFAULT_GROUPS['small']} small, "
                         f"{DEFAULT_GROUPS['medium']} medium)")
     p.add_argument("--groups-per-request", type=int, default=4)
     p.add_argument("--clients", type=int, default=4)
-    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    add_threads(p)
     p.add_argument("--chunk-tokens", type=int, default=None, help="the replica's chunk_tokens")
     p.add_argument("--return-tokens", action="store_true", help="ask for per-token arrays")
     p.add_argument("--repeat", type=int, default=2, help="closed-loop runs (alternating), best kept")
     p.add_argument("--reps", type=int, default=5, help="in-process stage timings: best of this many")
     args = p.parse_args(argv)
 
-    from transformers.utils import logging as hf_logging
-
-    from dialscore_server.checkpoints.loading import set_threads
-    from dialscore_server.contract.options import ServingOptions
-    from dialscore_server.gateway.args import AppArgs
-    from dialscore_server.gateway.embedded import serve_locally
-    from dialscore_server.nll.engine.engine import NLLEngine
-    from dialscore_server.nll.serving import NLLServing
-
-    hf_logging.set_verbosity_error()
-    set_threads(args.threads)
-    work = Path(tempfile.gettempdir()) / "dialscore-bench"
-    source = checkpoint(args.model, work)
-    config = model_config(source, "float32", "cpu")
-    groups, n_pairs, _ = attribution_workload(args.groups or DEFAULT_GROUPS[args.model],
-                                              config.format.why_turn)
+    quiet_torch(args.threads)
+    source = checkpoint(args.model)
+    config = model_config(source)
+    workload = attribution_workload(args.groups or DEFAULT_GROUPS[args.model],
+                                    config.format.why_turn)
     per = args.groups_per_request
+    groups = workload.groups
     requests = [sum(groups[k:k + per], []) for k in range(0, len(groups), per)]
-    bodies = [{"model": MODEL, "items": [{"context": list(it.context), "target": it.target}
-                                         for it in req], **({"return_tokens": True} if args.return_tokens else {})}
-              for req in requests]
+    bodies = [{"model": MODEL, "items": [item_json(it) for it in req],
+               **({"return_tokens": True} if args.return_tokens else {})} for req in requests]
     chunk_tokens = args.chunk_tokens or ServingOptions().chunk_tokens
 
     # In this process: the engine the replica runs (same options), the replies it gives.
     engine = NLLEngine(config, num_threads=args.threads, prefix_reuse=True)
-    serving = NLLServing(engine, 16384, chunk_tokens=chunk_tokens, model=MODEL)
-    card = serving.card()
+    serving = NLLServing(engine, max_batch_tokens=16384, chunk_tokens=chunk_tokens, model=MODEL)
     encoded_all = [engine.encode(it) for req in requests for it in req]
     engine.score_encoded(encoded_all[:14])  # warm-up
     loop = asyncio.new_event_loop()
+    card = loop.run_until_complete(serving.card())
     replies = [loop.run_until_complete(serving.score(req, args.return_tokens)) for req in requests]
+    loop.close()
     local_chunked = []
     for req in requests:
         runs = [work.encoded for work in serving.admit(req)]  # the replica's own chunks
-        t = time.perf_counter()
+        start = time.perf_counter()
         for run in runs:
             engine.score_encoded(run)
-        local_chunked.append(time.perf_counter() - t)
+        local_chunked.append(time.perf_counter() - start)
     offline = offline_stages(bodies, replies, card, args.reps)
 
-    app_args = AppArgs.model_validate({
-        "stand_ins": str(source.parent / "stand-ins"), "request_timeout_s": 1800,
-        "models": [{"name": MODEL,
-                    "overrides": {"source": str(source), "max_length": config.max_length,
-                                  "dtype": "float32", "device": "cpu"},
-                    "serving": {"num_cpus": 1, "num_threads": args.threads, "max_ongoing_requests": 64,
-                                "max_batch_tokens": 16384, "prefix_reuse": True,
-                                "chunk_tokens": chunk_tokens}}],
-    })
-    with serve_locally(app_args, num_cpus=4, name="profile-http") as url:
+    app = nll_app_args(source, config, threads=args.threads,
+                       serving={"prefix_reuse": True, "chunk_tokens": chunk_tokens})
+    with serve_app(app, name="profile-http") as url:
         import httpx
 
         httpx.post(f"{url}/v1/nll", json={"model": MODEL, "items": bodies[0]["items"][:7]},
                    timeout=1800).raise_for_status()  # warm-up
         live = asyncio.run(sequential(url, bodies))
-        http_s, local_s = [], []
-        for _ in range(args.repeat):
-            t = time.perf_counter()
-            engine.score_encoded(encoded_all)
-            local_s.append(time.perf_counter() - t)
-            seconds, nlls = asyncio.run(closed_loop(url, bodies, args.clients))
-            http_s.append(seconds)
-
-    local_nlls = [r.nll for r in engine.score_encoded(encoded_all)[0]]
-    served = [x for req in nlls for x in req]
-    worst = max(abs(a - b) for a, b in zip(local_nlls, served))
+        got = interleave([in_process(engine, encoded_all, args.repeat),
+                          over_http(url, bodies, args.clients, args.repeat)])
+    local, http = got["local"], got["http"]
+    worst = max_abs_diff(local.last.nlls, http.last.nlls)
 
     # ------------------------------------------------------------------------------ the table
     n = len(bodies)
     med = {k: statistics.median(v) for k, v in {**offline, **live}.items()}
     total = {k: sum(v) for k, v in {**offline, **live}.items()}
-    floor = med["floor"]
     accounted = ("client encode", "gateway app", "tokenize", "queue", "compute", "client decode",
                  "floor")
     rest = [lat - sum(offline[k][i] if k in offline else live[k][i] for k in accounted)
             for i, lat in enumerate(live["latency"])]
     print(f"model   : {args.model} ({source}), float32, {args.threads} threads, chunk_tokens "
           f"{chunk_tokens}, return_tokens {args.return_tokens}")
-    print(f"workload: {len(groups)} groups, {sum(len(r) for r in requests)} items, {n_pairs} pairs, "
+    print(f"workload: {len(groups)} groups, {sum(len(r) for r in requests)} items, {workload.pairs} pairs, "
           f"{n} requests of {per} groups; request {med['request bytes'] / 1e3:.1f} kB, response "
           f"{med['response bytes'] / 1e3:.1f} kB, Ray call {med['call bytes'] / 1e3:.1f} kB, reply "
           f"{med['reply bytes'] / 1e3:.1f} kB (medians)")
     print()
     print(f"one request at a time ({n} requests): ms per request, median and share of the summed latency")
-    hdr = f"{'stage':38s} {'median ms':>10s} {'share':>7s}"
-    print(hdr)
-    print("-" * len(hdr))
     lat_sum = total["latency"]
-    rows = [("client encode (json.dumps)", "client encode"),
-            ("gateway app, in-process (all below)", "gateway app"),
-            ("  strict JSON parse", "gateway parse"),
-            ("  pydantic validation + limits", "gateway validate"),
-            ("  response build + JSON", "gateway respond"),
-            ("replica tokenize (x-tokenization)", "tokenize"),
-            ("replica queue (x-queue-time)", "queue"),
-            ("engine compute (x-compute-time)", "compute"),
-            ("client decode (json.loads)", "client decode")]
-    for label, key in rows:
-        print(f"{label:38s} {med[key] * 1e3:10.1f} {total[key] / lat_sum:7.1%}")
-    print(f"{'proxy floor (GET /healthz before it)':38s} {floor * 1e3:10.1f} "
-          f"{total['floor'] / lat_sum:7.1%}")
-    print(f"{'rest: gateway-replica hop, replica Python':38s} {statistics.median(rest) * 1e3:10.1f} "
-          f"{sum(rest) / lat_sum:7.1%}")
-    print(f"{'  of it: Ray payload pickling, in-proc':38s} {med['Ray payloads'] * 1e3:10.1f} "
-          f"{total['Ray payloads'] / lat_sum:7.1%}")
-    print(f"{'latency':38s} {med['latency'] * 1e3:10.1f} {1:7.1%}")
-    print(f"{'(same chunks scored in this process)':38s} {statistics.median(local_chunked) * 1e3:10.1f} "
-          f"{sum(local_chunked) / lat_sum:7.1%}")
+    stages = [("client encode (json.dumps)", "client encode"),
+              ("gateway app, in-process (all below)", "gateway app"),
+              ("  strict JSON parse", "gateway parse"),
+              ("  pydantic validation + limits", "gateway validate"),
+              ("  response build + JSON", "gateway respond"),
+              ("replica tokenize (x-tokenization)", "tokenize"),
+              ("replica queue (x-queue-time)", "queue"),
+              ("engine compute (x-compute-time)", "compute"),
+              ("client decode (json.loads)", "client decode"),
+              ("proxy floor (GET /healthz before it)", "floor")]
+    rows = [[label, med[key] * 1e3, total[key] / lat_sum] for label, key in stages]
+    rows += [["rest: gateway-replica hop, replica Python", statistics.median(rest) * 1e3,
+              sum(rest) / lat_sum],
+             ["  of it: Ray payload pickling, in-proc", med["Ray payloads"] * 1e3,
+              total["Ray payloads"] / lat_sum],
+             ["latency", med["latency"] * 1e3, 1.0],
+             ["(same chunks scored in this process)", statistics.median(local_chunked) * 1e3,
+              sum(local_chunked) / lat_sum]]
+    print(table([Column("stage", 38, left=True), Column("median ms", 10, ".1f"),
+                 Column("share", 7, ".1%")], rows))
     print()
-    print(f"closed loop, {args.clients} clients, {n} requests: HTTP {min(http_s):.2f} s (runs "
-          f"{', '.join(f'{x:.2f}' for x in http_s)}), in-process all items in one call "
-          f"{min(local_s):.2f} s (runs {', '.join(f'{x:.2f}' for x in local_s)}); HTTP / in-process "
-          f"{min(local_s) / min(http_s):.2f}; max |dNLL| {worst:.1e}")
+
+    def runs(r: Result) -> str:
+        return ", ".join(f"{x:.2f}" for x in r.seconds)
+
+    print(f"closed loop, {args.clients} clients, {n} requests: HTTP {http.best:.2f} s (runs "
+          f"{runs(http)}), in-process all items in one call {local.best:.2f} s (runs {runs(local)}); "
+          f"HTTP / in-process {local.best / http.best:.2f}; max |dNLL| {worst:.1e}")
     return 0 if worst <= 1e-4 else 1
 
 

@@ -1,4 +1,5 @@
-"""`make loadtest`: Locust, headless, against the local service on stand-ins (loopback only).
+"""`make loadtest` (``python -m loadtests.run_load``): Locust, headless, against the local service
+on stand-ins (loopback only).
 
 Starts the app from deployments/local.yaml on a free port, then for each scenario steps the number
 of closed-loop users up (1, 2, 4, ...) for --seconds each, reading Locust's CSV stats, until p99
@@ -8,26 +9,28 @@ p50/p95/p99 per step, and the request rate at which p99 crossed 1 s.
 
 from __future__ import annotations
 
-import argparse
 import csv
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from dialscore_server.gateway.embedded import app_args_from_yaml
+from loadtests.common import ROOT, parser, serve_app, write_json
+
+#: The Locust scenarios (Locust loads the file itself, in its own process).
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 
 
-def locust_step(url: str, user_class: str, users: int, seconds: int, out: Path) -> dict:
+def locust_step(url: str, user_class: str, users: int, seconds: int, out: Path) -> dict[str, Any]:
+    """One Locust run of `users` closed-loop `user_class` users for `seconds` against `url`:
+    its aggregated request count, failures, requests/s and p50/p95/p99 latency (s)."""
     prefix = out / f"{user_class}-{users}"
-    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtests" / "locustfile.py"), user_class,
+    cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), user_class,
            "--headless", "-u", str(users), "-r", str(users), "--run-time", f"{seconds}s",
            "--host", url, "--csv", str(prefix), "--only-summary", "--stop-timeout", "30"]
     subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=seconds + 120)
+                   cwd=ROOT, timeout=seconds + 120)
     with open(f"{prefix}_stats.csv", newline="") as fh:
         row = next(r for r in csv.DictReader(fh) if r["Name"] == "Aggregated")
     return {"users": users, "requests": int(row["Request Count"]), "failures": int(row["Failure Count"]),
@@ -35,20 +38,18 @@ def locust_step(url: str, user_class: str, users: int, seconds: int, out: Path) 
             "p95_s": float(row["95%"]) / 1000, "p99_s": float(row["99%"]) / 1000}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__doc__)
     ap.add_argument("--seconds", type=int, default=20, help="duration of each step")
     ap.add_argument("--max-users", type=int, default=256,
                     help="stop doubling users here (default 256: enough for p99 to cross 1 s on 2 cores)")
     ap.add_argument("--out", default=str(ROOT / "runs" / "loadtest"))
-    args = ap.parse_args()
-
-    from dialscore_server.gateway.embedded import app_args_from_yaml, serve_locally
+    args = ap.parse_args(argv)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
-    with serve_locally(app_args_from_yaml()) as url:
+    with serve_app(app_args_from_yaml(), name="dialscore", num_cpus=None) as url:
         for scenario in ("ProbeUser", "ChatbotUser"):
             steps, crossed = [], None
             users = 1
@@ -64,7 +65,7 @@ def main() -> int:
                 users *= 2
             results[scenario] = {"steps": steps, "rps_at_p99_over_1s": crossed,
                                  "max_rps": max(s["rps"] for s in steps)}
-    (out / "results.json").write_text(json.dumps(results, indent=2))
+    write_json(out / "results.json", results)
     for scenario, r in results.items():
         where = (f"{r['rps_at_p99_over_1s']:.2f} req/s" if r["rps_at_p99_over_1s"] is not None
                  else f"not reached up to {args.max_users} users")

@@ -1,9 +1,9 @@
 """Overload soak: measure capacity, offer 1.5x that for a while, watch shedding, latency and memory,
 then stop and time the recovery.
 
-    python loadtests/soak.py                                 # 10 min, own stand-in app on loopback
-    python loadtests/soak.py --seconds 60 --factor 2.0       # shorter, harder
-    python loadtests/soak.py --url http://127.0.0.1:8000 --model dialogpt-medium --seconds 600
+    python -m loadtests.soak                                 # 10 min, own stand-in app on loopback
+    python -m loadtests.soak --seconds 60 --factor 2.0       # shorter, harder
+    python -m loadtests.soak --url http://127.0.0.1:8000 --model dialogpt-medium --seconds 600
 
 Phases:
 
@@ -38,27 +38,23 @@ Without ``--url`` the script starts Ray and the app itself (stand-in checkpoints
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import math
 import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import httpx
 
-import httpx  # noqa: E402
+from dialscore_server.gateway.args import AppArgs
+from loadtests.common import parser, percentile, serve_app, write_json
 
 
 def request_body(model: str, items: int, seed: int = 0) -> dict:
@@ -131,13 +127,6 @@ def _ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 1000:.0f} ms"
 
 
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    values = sorted(values)
-    return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
-
-
 async def _send(client: httpx.AsyncClient, body: dict, t0: float) -> Sample:
     start = time.monotonic()
     try:
@@ -175,7 +164,7 @@ async def measure_capacity(url: str, body: dict, seconds: float, concurrency: in
         end = t0 + seconds
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
         elapsed = time.monotonic() - t0
-    return len(done) / elapsed, _pct([s.latency for s in done], 0.5)
+    return len(done) / elapsed, percentile([s.latency for s in done], 50)
 
 
 class RSSSampler:
@@ -258,7 +247,7 @@ async def overload(url: str, body: dict, rate: float, seconds: float, *, seed: i
             await asyncio.wait(in_flight, timeout=timeout + 5)
         if rss is not None:
             rss.sample(time.monotonic() - t0)
-    return samples, capped, _pct(lags, 0.99)
+    return samples, capped, percentile(lags, 99)
 
 
 async def recovery(url: str, body: dict, *, limit_s: float = 120.0, in_a_row: int = 3,
@@ -284,7 +273,7 @@ async def recovery(url: str, body: dict, *, limit_s: float = 120.0, in_a_row: in
 def soak(url: str, model: str, *, seconds: float, factor: float = 1.5, measure_seconds: float = 20.0,
          concurrency: int = 4, items: int = 4, seed: int = 0, timeout: float = 60.0,
          max_in_flight: int = 512, rss_pids: dict[str, int] | None = None, app: str = "dialscore",
-         rss_every: float = 5.0, echo=print) -> SoakReport:
+         rss_every: float = 5.0, echo: Callable[[str], object] = print) -> SoakReport:
     """The three phases against a running service; returns the report (nothing asserted)."""
     body = request_body(model, items, seed)
     capacity, cap_p50 = asyncio.run(measure_capacity(url, body, measure_seconds, concurrency, timeout))
@@ -304,8 +293,8 @@ def soak(url: str, model: str, *, seconds: float, factor: float = 1.5, measure_s
         client_capped=capped, statuses=dict(statuses),
         shed_rate=len(shed) / len(samples) if samples else 0.0,
         retry_after_share=sum(1 for s in shed if s.retry_after) / len(shed) if shed else 1.0,
-        admitted_p50_s=_pct(admitted, 0.5), admitted_p90_s=_pct(admitted, 0.9),
-        admitted_p99_s=_pct(admitted, 0.99), admitted_max_s=max(admitted) if admitted else None,
+        admitted_p50_s=percentile(admitted, 50), admitted_p90_s=percentile(admitted, 90),
+        admitted_p99_s=percentile(admitted, 99), admitted_max_s=max(admitted) if admitted else None,
         capacity_p50_s=cap_p50, rss_mb=rss.series, rss_summary=rss.summary(), recovery_s=recovered,
         send_lag_p99_s=lag_p99,
         errors=sorted({f"{s.status} {s.error_type} retry-after={s.retry_after}" for s in samples
@@ -321,11 +310,6 @@ def own_app(port: int, max_ongoing: int, max_queued: int, num_threads: int
             ) -> Iterator[tuple[str, dict[str, int]]]:
     """Ray + the app with one stand-in model `soak` on 127.0.0.1:port: yields (base URL,
     {deployment: replica pid}); shuts both down after."""
-    import tempfile
-
-    from dialscore_server.gateway.args import AppArgs
-    from dialscore_server.gateway.embedded import serve_locally
-
     stand_ins = Path(tempfile.gettempdir()) / "dialscore-soak-stand-ins"
     args = AppArgs.model_validate({
         "stand_ins": str(stand_ins),
@@ -334,7 +318,7 @@ def own_app(port: int, max_ongoing: int, max_queued: int, num_threads: int
             "max_queued_requests": max_queued}}],
     })
     args.registry()  # builds the stand-ins once, here
-    with serve_locally(args, num_cpus=2, port=port) as url:
+    with serve_app(args, name="dialscore", num_cpus=2, port=port) as url:
         yield url, replica_pids("dialscore")
 
 
@@ -353,8 +337,8 @@ def replica_pids(app: str = "dialscore", deployments: tuple[str, ...] | None = N
     return pids
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__)
     p.add_argument("--url", default=None, help="a running service (default: start an own stand-in app)")
     p.add_argument("--model", default=None, help="model to load (default: `soak`, the own app's)")
     p.add_argument("--seconds", type=float, default=600.0, help="overload duration (default 600)")
@@ -383,8 +367,7 @@ def main(argv=None) -> int:
                       seed=a.seed, timeout=a.timeout, max_in_flight=a.max_in_flight, rss_pids=pids,
                       app=a.app, rss_every=a.rss_every)
     print(report.table())
-    if a.report:
-        Path(a.report).write_text(json.dumps(asdict(report), indent=2) + "\n")
+    write_json(a.report, asdict(report))
     bad = report.bad()
     if bad:
         print(f"FAILED: {bad}", file=sys.stderr)
