@@ -104,7 +104,7 @@ def percentile(values: Sequence[float], p: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(p / 100 * len(ordered)) - 1))]
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(p * len(ordered) / 100) - 1))]
 
 
 # --------------------------------------------------------------------------- peak FLOP/s
