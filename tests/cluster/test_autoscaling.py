@@ -1,22 +1,17 @@
-"""Autoscaling across nodes with Ray's fake autoscaler (loadtests/autoscale_cluster.py, shortened):
+"""Autoscaling across nodes with Ray's fake autoscaler (`python -m loadtests.autoscale_cluster`, shortened):
 under load Serve asks for a second model replica (`num_gpus: 1`), the autoscaler starts a second
 GPU-typed worker node for it; after the load the replica stops and the idle node is removed.
 Loopback traffic from 8 clients for 25-120 s; the whole test is bounded by the script's limits."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 pytestmark = [pytest.mark.slow]
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "loadtests"))
-
 
 def test_replicas_and_nodes_scale_up_under_load_and_down_after(stand_ins, tmp_path):
-    from autoscale_cluster import plot, record_timeline
+    from loadtests.autoscale_cluster import plot, record_timeline
 
     # At least 25 s of load, longer (up to 120 s) if the second replica is still starting: on a
     # machine shared with other test runs its checkpoint load can take a while.

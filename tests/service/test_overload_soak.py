@@ -1,4 +1,4 @@
-"""The overload soak, short (loadtests/soak.py runs the long one): under load above capacity the
+"""The overload soak, short (`python -m loadtests.soak` runs the long one): under load above capacity the
 service sheds with 503 + Retry-After, admitted requests keep a bounded p99, memory stays flat and it
 recovers by itself when the load stops.
 
@@ -10,14 +10,9 @@ max_ongoing + max_queued = 2 requests.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "loadtests"))
-
-from soak import replica_pids, soak  # noqa: E402
+from loadtests.soak import replica_pids, soak
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
 
