@@ -60,11 +60,11 @@ standins: $(STAMP)
 	$(VENV)/bin/dialscore stand-ins build artifacts/stand-ins
 
 bench: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) loadtests/bench_engine.py
+	HF_HUB_OFFLINE=1 $(PY) -m loadtests.bench_engine
 
 loadtest: $(STAMP)
 	$(PIP) -e '.[load]'
-	HF_HUB_OFFLINE=1 $(PY) loadtests/run_load.py
+	HF_HUB_OFFLINE=1 $(PY) -m loadtests.run_load
 
 clean:
 	rm -rf $(VENV) $(CLIENT_VENV) artifacts .pytest_cache
