@@ -95,6 +95,8 @@ class Phase:
         nll = args.endpoint == "nll"
         self.url, self.rate, self.seconds = url, args.rate, args.seconds
         self.model = NLL_MODEL if nll else CLASSIFIER
+        self.small_path: str
+        self.small: dict[str, Any]
         self.small_path, self.small = (("/v1/nll", SMALL_NLL) if nll else
                                        ("/v1/rerank", {"context": RERANK_CONTEXT,
                                                        "candidates": RERANK_CANDIDATES}))

@@ -44,6 +44,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +169,7 @@ def int8_kernel_speeds(reps: int) -> list[tuple[str, float]]:
             fn(x)
         for _ in range(reps):  # interleaved: a burst of load from elsewhere hits all alike
             for name, fn in routes.items():
-                best[name] = min(best[name], best_of(lambda fn=fn: fn(x), 1))
+                best[name] = min(best[name], best_of(partial(fn, x), 1))
     return [(name, flops / best[name]) for name in routes]
 
 

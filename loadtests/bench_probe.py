@@ -78,7 +78,7 @@ import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -437,8 +437,12 @@ def decision_agreement(p: Probe, methods: dict[str, ProbeMethod]) -> dict[str, A
     reference first (see loadtests/probe_agreement.py)."""
     big = attribution_workload(p.args.agreement_groups, p.config.format.why_turn)
     encoded = [p.plain.encode(it) for it in big.items]
-    scorers = {key: (lambda m=methods[key]: m.nlls_of(encoded))
-               for key in ("reuse", "int8", "ct2_int8") if key in methods}
+    def scorer(method: ProbeMethod) -> Callable[[], list[float]]:
+        assert method.nlls_of is not None
+        return partial(method.nlls_of, encoded)
+
+    scorers: dict[str, Callable[[], list[float]]] = {
+        key: scorer(methods[key]) for key in ("reuse", "int8", "ct2_int8") if key in methods}
     out = agreement(scorers, "reuse", big.pair_index())
     out.update(groups=len(big.groups), items=len(encoded), pairs=big.pairs)
     return out
@@ -519,7 +523,7 @@ def report(p: Probe, results: dict[str, Result], rows: dict[str, dict[str, Any]]
           f"of {reuse.item_tokens} item tokens ({reuse.reused_tokens} reused); forward passes "
           f"{reuse.forward_passes} (off: {plain.forward_passes})")
     if "lmeval" in results:
-        mismatch = results["lmeval"].last.comparable.count(False)
+        mismatch = (results["lmeval"].last.comparable or []).count(False)
         print(f"(b) tokenization equals the engine's for {n - mismatch} of {n} items"
               + ("" if not mismatch else " (NLLs of the others are not comparable)")
               + f"; padding estimated from its length-sorted batches of {args.lmeval_batch_size}")

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
     local = in_process(app_args.model_configs()[0][0], requests, args.threads)
     http = served(app_args, requests, args.clients)
-    tokens = local.last.computed
+    tokens = local.last.computed or 0
     worst = max_abs_diff(http.last.nlls, local.last.nlls)
     print(f"model: {args.model} ({source.name}); {args.requests} requests x {args.items} items = "
           f"{n_items} items, {tokens} tokens; {args.threads} torch threads; machine: "

@@ -18,7 +18,7 @@ import os
 import random
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +38,7 @@ from dialscore_server.gateway.args import AppArgs
 from dialscore_server.gateway.embedded import serve_locally
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine.kernels import onednn_linear_available
+from dialscore_server.nll.serving import NLLScorer
 from tests.service.serve_apps import metric_sum, replica_metrics
 
 T = TypeVar("T")
@@ -342,6 +343,7 @@ class Result:
 
     @property
     def last(self) -> Run:
+        """What the last run scored."""
         return self.runs[-1]
 
 
@@ -352,16 +354,16 @@ def interleave(methods: Sequence[Method], device: str = "cpu") -> dict[str, Resu
     for k in range(max((m.repeat for m in methods), default=0)):
         for m in methods:
             if k < m.repeat:
-                scored, seconds = timed(m.run, device)
-                results[m.key].seconds.append(scored.seconds if scored.seconds is not None
-                                              else seconds)
-                results[m.key].runs.append(scored)
+                run, seconds = timed(m.run, device)
+                results[m.key].seconds.append(run.seconds if run.seconds is not None else seconds)
+                results[m.key].runs.append(run)
     return results
 
 
-def engine_run(engine: Any, encoded: Sequence[EncodedItem], projected: int | None = None) -> Run:
-    """One ``engine.score_encoded`` call over `encoded` (an NLL engine): its NLLs, computed and
-    padded positions, `projected` as given, and the call's ``BatchStats`` as the detail."""
+def engine_run(engine: NLLScorer, encoded: Sequence[EncodedItem], projected: int | None = None
+               ) -> Run:
+    """One ``engine.score_encoded`` call over `encoded`: its NLLs, computed and padded
+    positions, `projected` as given, and the call's ``BatchStats`` as the detail."""
     results, stats = engine.score_encoded(encoded)
     return Run([r.nll for r in results], computed=stats.real_tokens, padded=stats.padded_tokens,
                projected=projected, detail=stats)
@@ -445,11 +447,13 @@ async def closed_loop_nll(url: str, bodies: Sequence[dict[str, Any]], clients: i
     return run
 
 
-async def open_loop(rate: float, seconds: float, send: Callable[[], Awaitable[object]]) -> float:
+async def open_loop(rate: float, seconds: float,
+                    send: Callable[[], Coroutine[Any, Any, object]]) -> float:
     """Start ``send()`` at a fixed `rate` per second for `seconds` (``int(rate * seconds)``
     calls, each its own task, on schedule whatever the answers), wait for all; returns the calls
     per second from the first start to the last answer."""
-    tasks, start = [], time.perf_counter()
+    tasks: list[asyncio.Task[object]] = []
+    start = time.perf_counter()
     n = int(rate * seconds)
     for k in range(n):
         delay = start + k / rate - time.perf_counter()

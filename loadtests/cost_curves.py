@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from dialscore_server.nll.engine.encoding import EncodedItem
 from dialscore_server.nll.engine.engine import NLLEngine
@@ -169,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     # replica's single engine does.
     lock = threading.Lock()
     callers = powers(1, args.max_callers) if "callers" in wanted else []
-    data = {"x": callers, "variants": {"engine": {"x": callers, "seconds": [], "peak_mib": []}}}
+    data: dict[str, Any] = {"x": callers,
+                            "variants": {"engine": {"x": callers, "seconds": [], "peak_mib": []}}}
     for c in callers:
         batches = [[EncodedItem(ids(48), ids(16), False) for _ in range(16)] for _ in range(c)]
 

@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     per = args.groups_per_request
     groups = workload.groups
     requests = [sum(groups[k:k + per], []) for k in range(0, len(groups), per)]
-    bodies = [{"model": MODEL, "items": [item_json(it) for it in req],
+    bodies: list[dict[str, Any]] = [{"model": MODEL, "items": [item_json(it) for it in req],
                **({"return_tokens": True} if args.return_tokens else {})} for req in requests]
     chunk_tokens = args.chunk_tokens or ServingOptions().chunk_tokens
 
@@ -306,11 +306,11 @@ def main(argv: list[str] | None = None) -> int:
                  Column("share", 7, ".1%")], rows))
     print()
 
-    def runs(r: Result) -> str:
+    def each(r: Result) -> str:
         return ", ".join(f"{x:.2f}" for x in r.seconds)
 
     print(f"closed loop, {args.clients} clients, {n} requests: HTTP {http.best:.2f} s (runs "
-          f"{runs(http)}), in-process all items in one call {local.best:.2f} s (runs {runs(local)}); "
+          f"{each(http)}), in-process all items in one call {local.best:.2f} s (runs {each(local)}); "
           f"HTTP / in-process {local.best / http.best:.2f}; max |dNLL| {worst:.1e}")
     return 0 if worst <= 1e-4 else 1
 

@@ -222,6 +222,11 @@ async def overload(url: str, body: dict, rate: float, seconds: float, *, seed: i
     capped = 0
     in_flight: set[asyncio.Task] = set()
     lags: list[float] = []  # how late each arrival was sent: the load generator's own saturation
+
+    def finished(task: asyncio.Task[Sample]) -> None:
+        in_flight.discard(task)
+        samples.append(task.result())
+
     async with httpx.AsyncClient(base_url=url, timeout=timeout,
                                  limits=httpx.Limits(max_connections=max_in_flight,
                                                      max_keepalive_connections=64)) as client:
@@ -241,7 +246,7 @@ async def overload(url: str, body: dict, rate: float, seconds: float, *, seed: i
             else:
                 task = asyncio.create_task(_send(client, body, t0))
                 in_flight.add(task)
-                task.add_done_callback(lambda t: (in_flight.discard(t), samples.append(t.result())))
+                task.add_done_callback(finished)
             next_at += rng.expovariate(rate)
         if in_flight:
             await asyncio.wait(in_flight, timeout=timeout + 5)
@@ -327,13 +332,14 @@ def replica_pids(app: str = "dialscore", deployments: tuple[str, ...] | None = N
     initialised in this process, connected to the cluster that runs the app)."""
     import ray
 
-    pids = {}
+    pids: dict[str, int] = {}
     for a in ray.util.list_named_actors(all_namespaces=True):
         if a["namespace"] == "serve" and a["name"].startswith(f"SERVE_REPLICA::{app}#"):
             deployment = a["name"].split("#")[1]
             if deployments is None or deployment in deployments:
                 actor = ray.get_actor(a["name"], namespace="serve")
-                pids[deployment] = ray.get(actor.__ray_call__.remote(lambda self: os.getpid()), timeout=30)
+                pid = ray.get(actor.__ray_call__.remote(lambda self: os.getpid()), timeout=30)
+                pids[deployment] = int(pid)
     return pids
 
 
