@@ -447,17 +447,42 @@ def test_seq2seq_empty_context(loaded, name):
 
 @pytest.mark.parametrize("name", GENERATIVE)
 def test_empty_target(loaded, name):
-    """With append_eos an empty target scores the eos alone (the chance of an empty reply);
-    without it there is nothing to score and the engine says so."""
+    """With append_eos an empty target, or one of whitespace only, scores the eos alone (the
+    chance of an empty reply); without it there is nothing to score and the engine says so."""
     engine = engine_for(loaded, name)
-    res = engine.score([NLLItem(target="", context=("hi",))])[0]
-    assert res.token_ids == [engine.encoder.eos_id] and res.num_tokens == 1
+    empty, blank = engine.score([NLLItem(target="", context=("hi",)),
+                                 NLLItem(target=" \n\t ", context=("hi",))])
+    assert empty.token_ids == [engine.encoder.eos_id] and empty.num_tokens == 1
+    assert_same(blank, empty)
     fmt = engine.fmt.model_copy(update={"append_eos": False})
     bare = engine_for(loaded, name, format=fmt)
-    with pytest.raises(EmptyTargetError) as err:
-        bare.score([NLLItem(target="", context=("hi",))])
-    assert err.value.param == "target" and isinstance(err.value, InputError)
+    for target in ("", " \n\t "):
+        with pytest.raises(EmptyTargetError) as err:
+            bare.score([NLLItem(target=target, context=("hi",))])
+        assert err.value.param == "target" and isinstance(err.value, InputError)
     assert bare.score([NLLItem(target="hi", context=())])[0].token_ids == _ids(engine, "hi")
+
+
+@pytest.mark.parametrize("name", GENERATIVE)
+def test_edge_whitespace_of_a_target_is_not_scored(loaded, name):
+    """A target with leading or trailing whitespace scores exactly as the same target without it,
+    in any batch: the same tokens (the stripped text's, then the eos), the same per-token NLLs,
+    and that NLL is the model's own loss over those tokens (token layouts:
+    tests/engines/test_layout.py)."""
+    engine = engine_for(loaded, name)
+    context = ("where do you live?", "why do you ask? ")
+    clean = "I live in a small town."
+    alone = engine.score([NLLItem(target=clean, context=context)])[0]
+    assert alone.token_ids == _ids(engine, clean) + [engine.encoder.eos_id]
+    padded = [clean + " ", clean + "\n", clean + "  ", " " + clean, "\n" + clean, " \n" + clean + " \n"]
+    items = [NLLItem(target=t, context=context) for t in padded]
+    items.append(NLLItem(target="I am  here\nnow.", context=context))  # inner whitespace: scored
+    results = engine.score(items)
+    for res in results[:-1]:
+        assert_same(res, alone)
+    loss, _ = _hf_reference(engine, engine.encode(items[0]))
+    assert alone.nll == pytest.approx(loss, abs=TOL)
+    assert results[-1].token_ids == _ids(engine, "I am  here\nnow.") + [engine.encoder.eos_id]
 
 
 @pytest.mark.parametrize("name", GENERATIVE)

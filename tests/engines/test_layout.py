@@ -71,11 +71,26 @@ def full_sequence(enc: NLLEncoder, item: NLLItem) -> list[int]:
 
 
 def stray_spaces(tok, ids: list[int]) -> list[int]:
-    """Positions of lone space tokens that touch a special token."""
+    """Positions of whitespace-only tokens (``Ġ``, ``Ċ``, ``ĠĠ``...) that touch a special token."""
     special = set(tok.all_special_ids)
-    space = lone_space(tok)
-    return [k for k, i in enumerate(ids) if i == space and (
+
+    def blank(i: int) -> bool:
+        text = tok.convert_tokens_to_string([tok.convert_ids_to_tokens(i)])
+        return i not in special and text != "" and text.isspace()
+
+    return [k for k, i in enumerate(ids) if blank(i) and (
         (k > 0 and ids[k - 1] in special) or (k + 1 < len(ids) and ids[k + 1] in special))]
+
+
+def laid_out(enc: NLLEncoder, item: NLLItem) -> str:
+    """What the model reads for `item`, as token strings: ``source | target`` (decoder-only) or
+    ``encoder input || decoder prefix | target`` (encoder-decoder)."""
+    e = enc.encode(item)
+    words = enc.tokenizer.convert_ids_to_tokens
+    source = " ".join(words(list(e.source_ids)))
+    if enc.decoder_prefix:
+        source += " || " + " ".join(words(list(enc.decoder_prefix)))
+    return source + " | " + " ".join(words(list(e.target_ids)))
 
 
 # ------------------------------------------------------------------------------- token layout
@@ -107,11 +122,20 @@ def test_first_word_convention(tokenizers, name):
 def test_no_lone_space_next_to_a_special_token(stand_in_registry, tokenizers, name, position):
     tok = tokenizers[name]
     enc = encoder(stand_in_registry, tokenizers, name, knowledge_position=position)
+    eos = tok.eos_token
+    padded = " \n " + TARGET + " \t\n "
     items = [NLLItem(target=TARGET, context=TURNS),
              NLLItem(target=TARGET, context=TURNS, knowledge=KNOWLEDGE),
              NLLItem(target=TARGET, context=(), knowledge=KNOWLEDGE),
              NLLItem(target=TARGET, context=()),
-             NLLItem(target=TARGET, context=(" padded turn ", "\tanother\n"), knowledge=" K. ")]
+             NLLItem(target=TARGET, context=(" padded turn ", "\tanother\n"), knowledge=" K. "),
+             NLLItem(target=padded, context=TURNS),
+             NLLItem(target=padded, context=TURNS, knowledge=KNOWLEDGE),
+             NLLItem(target=padded, context=()),
+             NLLItem(target=" \n ", context=TURNS),
+             NLLItem(target=padded, source=""),
+             NLLItem(target=padded, source=f" {TURNS[0]} {eos} {TURNS[1]}\n{eos}\n"),
+             NLLItem(target=padded, source=f"\n{TURNS[0]} \n")]
     for item in items:
         ids = full_sequence(enc, item)
         assert stray_spaces(tok, ids) == [], tok.convert_ids_to_tokens(ids)
@@ -141,6 +165,97 @@ def test_dialogpt_layout_is_unchanged_for_clean_input(stand_in_registry, tokeniz
     e = encoder(stand_in_registry, tokenizers, "dialogpt-medium").encode(
         NLLItem(target=TARGET, context=TURNS))
     assert list(e.source_ids) == alone(tok, "".join(t + "<|endoftext|>" for t in TURNS))
+
+
+# ----------------------------------------------------------------- edge whitespace, token by token
+# Each family's layout of one context whose turns carry edge whitespace, then the target's tokens
+# written with {I} for the family's first word ("I"; BlenderBot's prefix space makes it "ĠI") and
+# {eos} for its eos token. Texts are chosen so that the stand-ins' 1,000-token vocabularies hold
+# the same whole-word tokens as the real ones ("Ġam", "Ġfine", "ĠI").
+EDGE_CONTEXT = (" how are you? ", "why?\n")
+EDGE_KNOWLEDGE = " Emma is grateful.\n"
+EDGE_LAYOUT = {   # family: (source [|| decoder prefix], first word, eos)
+    "dialogpt-medium": ("how Ġare Ġyou ? <|endoftext|> why ? <|endoftext|>", "I", "<|endoftext|>"),
+    "topical-gpt2": ("Emma Ġis Ġgrateful . <|endoftext|> how Ġare Ġyou ? <|endoftext|> why ? "
+                     "<|endoftext|>", "I", "<|endoftext|>"),
+    "bart-base": ("<s> how Ġare Ġyou ? </s> why ? </s> || </s> <s>", "I", "</s>"),
+    "blenderbot-400m": ("Ġh o w Ġare Ġyou ? Ġ Ġw hy ? </s> || <s>", "ĠI", "</s>"),
+}
+EDGE_TARGETS = {
+    "I am fine.": "{I} Ġam Ġfine . {eos}",
+    "I am fine. ": "{I} Ġam Ġfine . {eos}",                   # trailing space
+    "I am fine.\n": "{I} Ġam Ġfine . {eos}",                  # trailing newline
+    "I am fine. \t\r\n": "{I} Ġam Ġfine . {eos}",             # space, tab, CR, LF
+    "I am fine.\xa0": "{I} Ġam Ġfine . {eos}",                # no-break space
+    " I am fine.": "{I} Ġam Ġfine . {eos}",                   # leading space
+    "\nI am fine.": "{I} Ġam Ġfine . {eos}",                  # leading newline
+    " \n I am fine. \n\n ": "{I} Ġam Ġfine . {eos}",          # both ends
+    # near misses: whitespace inside the target is kept, and so is what is not whitespace
+    "I am  fine.": "{I} Ġam Ġ Ġfine . {eos}",
+    "I am\nfine.": "{I} Ġam Ċ f in e . {eos}",
+    "I am fine.\u200b": "{I} Ġam Ġfine . âĢ ĭ {eos}",         # zero-width space: not whitespace
+    " \n ": "{eos}",                                          # only whitespace: an empty reply
+}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_edge_whitespace_of_targets_token_by_token(stand_in_registry, tokenizers, name):
+    """A target's leading and trailing whitespace (spaces, newlines, tabs, no-break spaces) is
+    not tokenized: the target reads as the same text without it, in the family's first-word
+    convention, right after the special token that precedes it and right before the eos. Inner
+    whitespace and non-whitespace characters at the edges stay."""
+    enc = encoder(stand_in_registry, tokenizers, name)
+    source, first, eos = EDGE_LAYOUT[name]
+    knowledge = EDGE_KNOWLEDGE if name == "topical-gpt2" else None
+    for target, tokens in EDGE_TARGETS.items():
+        item = NLLItem(target=target, context=EDGE_CONTEXT, knowledge=knowledge)
+        assert laid_out(enc, item) == source + " | " + tokens.format(I=first, eos=eos), repr(target)
+
+
+EDGE_RAW = {   # family: [(raw source, target, layout)]
+    "dialogpt-medium": [
+        # whitespace touching a special token written in the source goes, at either side
+        ("how are you? <|endoftext|> why?\n<|endoftext|>\n", " I am fine. ",
+         "how Ġare Ġyou ? <|endoftext|> why ? <|endoftext|> | I Ġam Ġfine . <|endoftext|>"),
+        # after source text the leading space is the word boundary's and is kept (trailing: not)
+        ("why?", " I am fine. ", "why ? | ĠI Ġam Ġfine . <|endoftext|>"),
+        # a decoder-only source keeps its own edges: they touch no special token
+        (" why? ", "I am fine.\n", "Ġw hy ? Ġ | I Ġam Ġfine . <|endoftext|>"),
+        # an empty source is the bos alone: a special token before the target
+        ("", "\nI am fine.", "<|endoftext|> | I Ġam Ġfine . <|endoftext|>"),
+    ],
+    "bart-base": [
+        (" how are you? </s> why? \n", " I am fine.\n",
+         "<s> how Ġare Ġyou ? </s> why ? </s> || </s> <s> | I Ġam Ġfine . </s>"),
+    ],
+    "blenderbot-400m": [
+        (" how are you?  why? \n", "\nI am fine. ",               # the two-space delimiter stays
+         "Ġh o w Ġare Ġyou ? Ġ Ġw hy ? </s> || <s> | ĠI Ġam Ġfine . </s>"),
+        ("how are you? </s>\nwhy?", " I am fine.",
+         "Ġh o w Ġare Ġyou ? </s> Ġw hy ? </s> || <s> | ĠI Ġam Ġfine . </s>"),
+    ],
+}
+EDGE_RAW["topical-gpt2"] = EDGE_RAW["dialogpt-medium"]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_edge_whitespace_with_raw_sources_token_by_token(stand_in_registry, tokenizers, name):
+    """A raw source is verbatim except for whitespace touching a special token (written in it,
+    or, for an encoder input, at its ends); a target's leading whitespace is dropped after a
+    special token and kept after source text (lm-evaluation-harness's word boundary)."""
+    enc = encoder(stand_in_registry, tokenizers, name)
+    for source, target, layout in EDGE_RAW[name]:
+        assert laid_out(enc, NLLItem(target=target, source=source)) == layout, (source, target)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_whitespace_only_target_without_eos_is_empty(stand_in_registry, tokenizers, name):
+    from dialscore_server.nll.engine.encoding import EmptyTargetError
+
+    enc = encoder(stand_in_registry, tokenizers, name, append_eos=False)
+    with pytest.raises(EmptyTargetError):
+        enc.encode(NLLItem(target=" \n\t ", context=TURNS))
+    assert laid_out(enc, NLLItem(target="I am fine. ", context=TURNS)).endswith("Ġfine .")
 
 
 # ---------------------------------------------------------------------------------- truncation

@@ -31,9 +31,10 @@ class _Strict(BaseModel):
 
 # The paper models' formats and the exact token layout each produces (fast byte-level BPE
 # tokenizers split text on special tokens first, so a turn after a special token is tokenized as
-# that turn alone; services/dialscore_server/nll/engine/layout.py drops any space touching a special token
-# and strips turns' edge whitespace, so no lone `Ġ` token sits next to a special token). Turns
-# t_1..t_n, knowledge K, target T; every text keeps the first-word convention of its family:
+# that turn alone; services/dialscore_server/nll/engine/layout.py drops any whitespace touching a special
+# token and strips the edge whitespace of turns, knowledge and targets, so no lone whitespace token
+# sits next to a special token). Turns t_1..t_n, knowledge K, target T; every text keeps the
+# first-word convention of its family:
 #
 # * DialoGPT: `t_1 <eos> t_2 <eos> ... t_n <eos> | T <eos>`; each text starts with "word", no
 #   leading space, as DialoGPT's data preparation encoded each turn alone and joined the ids with

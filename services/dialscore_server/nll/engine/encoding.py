@@ -3,11 +3,17 @@
 :class:`NLLEncoder` implements the token layout of :mod:`dialscore_server.nll.engine.engine`'s contract
 for one model: dialogue turns and knowledge are laid out with the model's
 :class:`~dialscore.model_card.DialogueFormat` (:class:`~dialscore_server.nll.engine.layout.SourceLayout`:
-no lone space token next to a special token) and the source text is tokenized in one call; the
-target is tokenized on its own (no special tokens, no leading space added) and gets the eos token
-when the format says ``append_eos``. Sources that do not fit the window are shortened from the
-left as the format's ``truncation`` says: whole oldest turns (``turns``, the default) or oldest
-tokens (``tokens``); the pinned knowledge goes last; targets are never cut.
+no lone whitespace token next to a special token) and the source text is tokenized in one call; a
+raw source is taken verbatim but for whitespace touching a special token
+(:meth:`~dialscore_server.nll.engine.layout.SourceLayout.raw_source`). The target is tokenized on
+its own, without special tokens, after its edge whitespace is removed where it would touch a
+special token or end the input (:func:`~dialscore_server.nll.engine.layout.target_text`: trailing
+whitespace always; leading whitespace when the target follows a special token: every
+encoder-decoder target, and a decoder-only target after a source that ends with a special token or
+is empty), and gets the eos token when the format says ``append_eos``. Sources that do not fit the
+window are shortened from the left as the format's ``truncation`` says: whole oldest turns
+(``turns``, the default) or oldest tokens (``tokens``); the pinned knowledge goes last; targets are
+never cut.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.errors import InputError
-from dialscore_server.nll.engine.layout import SourceLayout
+from dialscore_server.nll.engine.layout import SourceLayout, target_text
 
 
 class TargetTooLongError(InputError):
@@ -25,7 +31,7 @@ class TargetTooLongError(InputError):
 
 
 class EmptyTargetError(InputError):
-    """The target produced no token to score."""
+    """The target produced no token to score (empty or only whitespace, and no eos appended)."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +39,9 @@ class NLLItem:
     """One thing to score: either dialogue turns (`context`, optional `knowledge`) or a raw `source`.
 
     `context` turns are formatted with the model's :class:`~dialscore.model_card.DialogueFormat`;
-    a raw `source` is used verbatim. An empty `context` (or empty `source`) is valid.
+    a raw `source` is used verbatim but for whitespace touching a special token. An empty
+    `context` (or empty `source`) is valid; so is an empty (or whitespace-only) `target` when the
+    format appends the eos, which is then the only scored token.
     """
 
     target: str
@@ -102,10 +110,26 @@ class NLLEncoder:
     # ----------------------------------------------------------------------------- formatting
     def format_parts(self, item: NLLItem) -> tuple[str, str]:
         """The item's source as (pinned knowledge text, truncatable history text); see
-        :meth:`~dialscore_server.nll.engine.layout.SourceLayout.parts`. A raw `source` is all history."""
+        :meth:`~dialscore_server.nll.engine.layout.SourceLayout.parts`. A raw `source` is all
+        history (:meth:`~dialscore_server.nll.engine.layout.SourceLayout.raw_source`)."""
         if item.source is not None:
-            return "", item.source
+            return "", self.layout.raw_source(item.source,
+                                              encoder_input=self.config.family == "seq2seq")
         return self.layout.parts(item.context or (), item.knowledge)
+
+    def target_text(self, item: NLLItem, parts: tuple[str, str] | None = None) -> str:
+        """The item's target text as it is tokenized (`parts`: the item's
+        :meth:`format_parts`, when already known): trailing whitespace removed; leading
+        whitespace removed when the target follows a special token, which is always the case for
+        an encoder-decoder model (the decoder prefix) and, for a decoder-only model, when the
+        source ends with a special token (every shipped format's dialogue items) or is empty (the
+        bos alone). Leading whitespace after source text is kept: it is the space at the word
+        boundary (source ``"hello"``, target ``" world"``)."""
+        if self.config.family == "seq2seq":
+            return target_text(item.target, after_special=True)
+        source = "".join(parts if parts is not None else self.format_parts(item))
+        return target_text(item.target,
+                           after_special=not source or self.layout.ends_with_special(source))
 
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False).input_ids if text else []
@@ -126,14 +150,16 @@ class NLLEncoder:
             n += 1
         return whole[:n], whole[n:]
 
-    def _fit_source(self, item: NLLItem, room: int) -> tuple[list[int], bool]:
-        """The source's token ids in at most `room` tokens, and whether anything was removed.
+    def _fit_source(self, item: NLLItem, parts: tuple[str, str], room: int
+                    ) -> tuple[list[int], bool]:
+        """The source's token ids (of the item's :meth:`format_parts` `parts`) in at most `room`
+        tokens, and whether anything was removed.
 
         ``turns`` truncation drops the fewest oldest turns that make the rest fit (the source of
         the kept turns is tokenized afresh: exactly the source of an item sent without the dropped
         turns); when even the newest turn does not fit, that source is cut by tokens. ``tokens``
         truncation, and raw sources, cut by tokens (:func:`cut_left`)."""
-        pinned, body = self._source_ids(*self.format_parts(item))
+        pinned, body = self._source_ids(*parts)
         if len(pinned) + len(body) <= max(room, 0):
             return pinned + body, False
         turns = item.context or ()
@@ -172,11 +198,13 @@ class NLLEncoder:
     def encode(self, item: NLLItem) -> EncodedItem:
         """Tokenize and truncate one item; raise :class:`InputError` if it cannot be scored
         (:class:`EmptyTargetError`, :class:`TargetTooLongError`, `param` ``target``)."""
-        target = self._ids(item.target)
+        parts = self.format_parts(item)
+        target = self._ids(self.target_text(item, parts))
         if self.fmt.append_eos:
             target.append(self.eos_id)
         if not target:
-            raise EmptyTargetError("target is empty: there is no token to score", "target")
+            raise EmptyTargetError("target is empty or only whitespace: there is no token to score",
+                                   "target")
         limit = self.config.max_length
         if self.config.family == "causal":
             if len(target) > limit - 1:
@@ -184,7 +212,7 @@ class NLLEncoder:
                     f"target has {len(target)} tokens; model {self.config.name!r} fits at most "
                     f"{limit - 1} target tokens (window {limit}, one token of context); targets are "
                     "never truncated", "target")
-            src, truncated = self._fit_source(item, limit - len(target))
+            src, truncated = self._fit_source(item, parts, limit - len(target))
             if not src:
                 src = [self.bos_id]
             return EncodedItem(tuple(src), tuple(target), truncated)
@@ -195,7 +223,7 @@ class NLLEncoder:
                 f"{limit - len(self.decoder_prefix) + 1}; targets are never truncated", "target")
         head = [self.bos_id] if self.fmt.source_bos else []
         tail = [self.eos_id] if self.fmt.source_eos else []
-        content, truncated = self._fit_source(item, limit - len(head) - len(tail))
+        content, truncated = self._fit_source(item, parts, limit - len(head) - len(tail))
         src = head + content + tail or [self.eos_id]
         return EncodedItem(tuple(src), tuple(target), truncated)
 

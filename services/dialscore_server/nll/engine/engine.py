@@ -4,9 +4,30 @@ Contract (spec section 1). For a source S and a target T whose scored tokens are
 
     nll = -(1/m) * Σ_i log P(t_i | t_<i, S)          (natural log, nats per token)
 
-* **Which tokens are scored.** The target is tokenized on its own, without special tokens and
-  without a leading space added, and, when the model's format says ``append_eos``, the tokenizer's
-  eos token is appended and scored as the last target token. Source tokens are never scored.
+* **Which tokens are scored.** The target is tokenized on its own, without special tokens, and,
+  when the model's format says ``append_eos``, the tokenizer's eos token is appended and scored as
+  the last target token. Source tokens are never scored.
+* **Whitespace at the edges of a target** is removed where it would touch a special token or end
+  the input, so no lone whitespace token (``Ġ``, ``Ċ``...) is scored next to one: trailing
+  whitespace always; leading whitespace when the target follows a special token, which is every
+  encoder-decoder target (after the decoder prefix) and every decoder-only target whose source
+  ends with a special token or is empty (the bos alone), hence every dialogue item of the shipped
+  formats. After source text (a decoder-only raw ``source`` ending in text) leading whitespace is
+  kept: as in lm-evaluation-harness's ``loglikelihood``, the space at a word boundary belongs to
+  the target (source ``"hello"``, target ``" world"``). Inner whitespace is kept, and
+  "whitespace" is what :meth:`str.strip` removes. The remaining text is tokenized with the
+  family's own first-word convention: ``word`` for GPT-2 and BART, ``Ġword`` for BlenderBot,
+  whose tokenizer adds a prefix space. A target that is empty or only whitespace scores the eos
+  alone (without ``append_eos`` it raises
+  :class:`~dialscore_server.nll.engine.encoding.EmptyTargetError`). ``num_tokens``,
+  ``token_ids`` and ``token_nlls`` are those of the stripped target (+ eos), so a target with edge
+  whitespace has fewer tokens than its verbatim tokenization, and ``"fine. "`` scores exactly as
+  ``"fine."``; a caller that aligns the returned tokens with its own tokenization of the target
+  must strip it the same way.
+* **Sources.** Dialogue turns and knowledge are laid out with the model's format, each stripped
+  of edge whitespace (:mod:`~dialscore_server.nll.engine.layout`); a raw ``source`` is used
+  verbatim except for whitespace touching a special token: around one written in it, and at both
+  of its ends for an encoder input (whose ends meet the format's bos/eos).
 * **Decoder-only** (``causal``): one sequence ``source + target``; logits at position j predict
   token j+1. A causal item with an empty source is conditioned on the bos token alone (GPT-2's
   ``<|endoftext|>``), so its first target token is scored too.
