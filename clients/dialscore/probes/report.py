@@ -58,7 +58,11 @@ SETTING_TITLES = {"inference": "Inference probing: NLL(R | E, H)",
 
 @dataclass(frozen=True)
 class ScoredPair:
-    """A valid explanation and a corruption of it, both scored by one model in one setting."""
+    """A valid explanation and a corruption of it, both scored by one model in one setting.
+
+    ``pair_id`` names the row within its run (``model|setting|dialogue_id|e<index>|corruption``,
+    so it differs between models); :attr:`probe_key` names the probe pair itself, the same for
+    every model that scored it."""
 
     pair_id: str
     model: str
@@ -76,6 +80,14 @@ class ScoredPair:
     #: True when the source of either item was shortened from the left to fit the model's window
     #: (whole oldest turns dropped, or tokens cut: the model format's `truncation`).
     truncated: bool = False
+
+    @property
+    def probe_key(self) -> tuple[str, str, str, int, str]:
+        """What identifies the probe pair whatever model scored it: ``(setting, dataset,
+        dialogue_id, explanation_index, corruption)``. Two models' rows with the same key
+        compare the same valid explanation with the same corruption type in the same setting."""
+        return (self.setting, self.dataset, self.dialogue_id, self.explanation_index,
+                self.corruption)
 
     @property
     def delta(self) -> float:
