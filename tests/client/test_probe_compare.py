@@ -169,6 +169,7 @@ def test_probes_of_two_models_then_compare_match_a_hand_computation(tmp_path, ca
             assert g["p_value"] == pytest.approx(0.5, abs=0.05), key
         else:
             assert (g["ci_low"], g["ci_high"], g["p_value"]) == (0.0, 0.0, 1.0), key
+    assert doc["sampling"] == "all" and "run's pairs: every corruption type" in printed
     assert "+0.545" in printed and "[+0.000, +1.000]" in printed
 
 

@@ -60,6 +60,7 @@ def test_probe_then_compare_two_served_models(served, tmp_path, capsys):
     capsys.readouterr()
     assert main(["probe", "compare", str(run_dir), "--models", *MODELS, "--n-boot", "4000"]) == 0
     doc = json.loads((run_dir / f"compare-{MODELS[0]}-vs-{MODELS[1]}.json").read_text())
+    assert doc["sampling"] == "all"
     groups = {(g["setting"], g["category"]): g for g in doc["groups"]}
     assert set(groups) == {(s, c) for s in ("inference", "attribution")
                            for c in ("all", "logical", "complete")}

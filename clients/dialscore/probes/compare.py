@@ -33,13 +33,14 @@ from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
-from dialscore.probes.report import ScoredPair
+from dialscore.probes.corruptions import ALL_TYPES
+from dialscore.probes.report import ScoredPair, sampling_note
 from dialscore.reporting.atomic import atomic_write_text
 from dialscore.reporting.rows import write_json
 from dialscore.reporting.tables import render_grid
 
 __all__ = ["GroupComparison", "NoSharedPairs", "PairedComparison", "compare_models", "compare_run",
-           "format_comparison", "read_scored_pairs", "write_comparison"]
+           "format_comparison", "read_run_sampling", "read_scored_pairs", "write_comparison"]
 
 #: :attr:`ScoredPair.probe_key`: (setting, dataset, dialogue_id, explanation_index, corruption).
 ProbeKey = tuple[str, str, str, int, str]
@@ -210,9 +211,21 @@ def compare_run(pairs: Sequence[ScoredPair], model_a: str, model_b: str, seed: i
     return out
 
 
+def read_run_sampling(run_dir: str | Path) -> str | None:
+    """How the run's pairs were sampled (``config.sampling`` of its ``report.json``;
+    :data:`~dialscore.probes.corruptions.SAMPLINGS`): ``"all"`` for a report written before the
+    option existed (every type was probed then), None without a readable report."""
+    try:
+        config = json.loads((Path(run_dir) / "report.json").read_text(encoding="utf-8"))["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return str(config.get("sampling", ALL_TYPES)) if isinstance(config, dict) else None
+
+
 def format_comparison(groups: Sequence[GroupComparison], model_a: str, model_b: str,
-                      n_boot: int) -> str:
-    """The terminal table: accuracies, the difference A - B with its 95% interval, the p-value."""
+                      n_boot: int, sampling: str | None = None) -> str:
+    """The terminal table: accuracies, the difference A - B with its 95% interval, the p-value;
+    then how the run sampled its pairs when `sampling` is known."""
     rows = [[g.setting, g.category, str(g.comparison.n_pairs), str(g.comparison.n_dialogues),
              f"{g.comparison.accuracy_a:.3f}", f"{g.comparison.accuracy_b:.3f}",
              f"{g.comparison.difference:+.3f}",
@@ -222,7 +235,8 @@ def format_comparison(groups: Sequence[GroupComparison], model_a: str, model_b: 
               "A - B", "95% CI", "p"]
     title = (f"Paired comparison, A = {model_a}, B = {model_b} (dialogue-level bootstrap, "
              f"{n_boot} resamples; p: two-sided test of no difference)")
-    return f"{title}\n{render_grid([header, *rows], header_rows=1, right=set(range(2, 9)))}"
+    table = f"{title}\n{render_grid([header, *rows], header_rows=1, right=set(range(2, 9)))}"
+    return table if sampling is None else f"{table}\nrun's {sampling_note(sampling)}"
 
 
 def comparison_stem(model_a: str, model_b: str) -> str:
@@ -232,12 +246,13 @@ def comparison_stem(model_a: str, model_b: str) -> str:
 
 
 def write_comparison(run_dir: str | Path, groups: Sequence[GroupComparison], model_a: str,
-                     model_b: str, seed: int, n_boot: int, table: str) -> dict[str, Path]:
-    """Write ``<stem>.json`` (the settings and one row per group) and ``<stem>.txt`` (the
-    table) into the run folder, atomically; returns their paths."""
+                     model_b: str, seed: int, n_boot: int, table: str,
+                     sampling: str | None = None) -> dict[str, Path]:
+    """Write ``<stem>.json`` (the settings, the run's `sampling` and one row per group) and
+    ``<stem>.txt`` (the table) into the run folder, atomically; returns their paths."""
     out, stem = Path(run_dir), comparison_stem(model_a, model_b)
     doc = {"model_a": model_a, "model_b": model_b, "seed": seed, "n_boot": n_boot, "level": 0.95,
-           "difference": "accuracy_a - accuracy_b",
+           "sampling": sampling, "difference": "accuracy_a - accuracy_b",
            "groups": [g.as_row() for g in groups]}
     return {"json": write_json(out / f"{stem}.json", doc),
             "table": atomic_write_text(out / f"{stem}.txt", table + "\n")}
