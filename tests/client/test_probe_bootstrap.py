@@ -11,8 +11,11 @@ from dialscore.probes.report import ScoredPair, bootstrap_ci, cluster_bootstrap_
 
 
 def _pair(model, dialogue, k, correct):
-    return ScoredPair(pair_id=f"{dialogue}-{k}", model=model, setting="inference", dataset="D",
-                      dialogue_id=dialogue, explanation_index=0, dimension="cause",
+    """Explanation k of `dialogue`, its negation, scored by `model`; the row id names the model
+    as a run's does."""
+    return ScoredPair(pair_id=f"{model}|inference|{dialogue}|e{k}|negation", model=model,
+                      setting="inference", dataset="D",
+                      dialogue_id=dialogue, explanation_index=k, dimension="cause",
                       corruption="negation", category="logical", valid_text="v",
                       corrupted_text="c", nll_valid=1.0, nll_corrupted=2.0 if correct else 0.5)
 

@@ -89,8 +89,9 @@ def register(sub) -> None:
     h.add_argument("--min-utterances", type=int, default=180,
                    help="bots with fewer bot utterances are left out of Pearson r (default 180)")
     h.add_argument("--annotator-key", default=None,
-                   help="the turn auxiliary's field counting the annotators who marked it "
-                        "(default: the first of dialscore.evals.decode_human_bot.ANNOTATOR_KEYS)")
+                   help="for logs in another format: the turn auxiliary's field counting the "
+                        "annotators who agreed (an integer, or a list of votes); default: DECODE's "
+                        "original_verifier_contradiction_count + new_verifier_contradiction_count")
     h.add_argument("--limit", type=int, default=None, help="evaluate the first N utterances only")
     h.add_argument("--chunk-size", type=int, default=DIALOGUE_CHUNK,
                    help=f"dialogues per request (default {DIALOGUE_CHUNK})")

@@ -4,7 +4,8 @@
         --models dialogpt-medium,bart-base --settings inference,attribution --seed 0 --out runs/probe
 
 Re-running with the same inputs and --out reuses the scores already in OUT/scores.jsonl: a run
-that dies halfway resumes where it stopped.
+that dies halfway resumes where it stopped. --sampling one-per-explanation probes one corruption
+per valid explanation, its type drawn (seeded) as CEDAR does; the default probes all of them.
 
     dialscore probe compare runs/probe --models bart-large bart-base --seed 0 --n-boot 2000
 
@@ -20,7 +21,7 @@ import sys
 
 from dialscore.commands import service_args
 from dialscore.commands.service_args import add_server_args, comma_list
-from dialscore.probes.corruptions import CORRUPTIONS
+from dialscore.probes.corruptions import ALL_TYPES, CORRUPTIONS, SAMPLINGS
 
 
 def register(sub) -> None:
@@ -36,7 +37,12 @@ def register(sub) -> None:
                    help="comma-separated: inference, attribution (default: both)")
     p.add_argument("--corruptions", type=comma_list, default=list(CORRUPTIONS),
                    help=f"comma-separated subset of {','.join(CORRUPTIONS)} (default: all six)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the corruptions and bootstrap")
+    p.add_argument("--sampling", choices=SAMPLINGS, default=ALL_TYPES,
+                   help="all: every corruption type of each valid explanation (default); "
+                        "one-per-explanation: CEDAR's protocol, one type per valid explanation "
+                        "drawn uniformly (seeded) among those it allows; recorded in report.json")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the corruptions, the one-per-explanation draw and the bootstrap")
     p.add_argument("--out", default="runs/probe", help="output folder (scores are resumed from it)")
     p.add_argument("--chunk-size", type=int, default=64, help="items per request (default 64)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% CIs")
@@ -64,8 +70,8 @@ paired bootstrap that resamples dialogues; writes RUN_DIR/compare-A-vs-B.json an
 
 def _compare(args: argparse.Namespace) -> int:
     from dialscore.extras import REPORTS, MissingExtra, require
-    from dialscore.probes.compare import (compare_run, format_comparison, read_scored_pairs,
-                                          write_comparison)
+    from dialscore.probes.compare import (compare_run, format_comparison, read_run_sampling,
+                                          read_scored_pairs, write_comparison)
 
     model_a, model_b = args.models
     try:
@@ -74,9 +80,10 @@ def _compare(args: argparse.Namespace) -> int:
             raise ValueError(f"--n-boot must be at least 1, got {args.n_boot}")
         groups = compare_run(read_scored_pairs(args.run_dir), model_a, model_b, seed=args.seed,
                              n_boot=args.n_boot)
-        table = format_comparison(groups, model_a, model_b, args.n_boot)
+        sampling = read_run_sampling(args.run_dir)
+        table = format_comparison(groups, model_a, model_b, args.n_boot, sampling)
         files = write_comparison(args.run_dir, groups, model_a, model_b, args.seed, args.n_boot,
-                                 table)
+                                 table, sampling)
     except MissingExtra as exc:
         print(f"dialscore probe compare: {exc}", file=sys.stderr)
         return 1
@@ -99,6 +106,7 @@ def _probe(args: argparse.Namespace) -> int:
         with service_args.client_from_args(args) as client:
             run_probes(client, args.data or SAMPLE_DATA, args.models, args.settings, args.seed, args.out,
                        chunk_size=args.chunk_size, corruptions=args.corruptions,
+                       sampling=args.sampling,
                        n_boot=args.bootstrap, plots=not args.no_plots,
                        progress=not args.no_progress, echo=print)
     except ProbeDataError as exc:

@@ -30,6 +30,23 @@ explanation for ``incorrect``; a one-word explanation for ``dropped``; a text wh
 reversal is itself; antecedent equal to consequent for ``swapped``) is skipped, and the skip is
 counted by (corruption, reason) in :attr:`CorruptionSet.skipped`: an identical pair would be a
 guaranteed tie, which says nothing about the model.
+
+**Sampling** (:data:`SAMPLINGS`, the ``sampling`` argument of :func:`corrupt_dialogues`):
+
+* ``all`` (the default): every requested corruption type of every valid explanation, one pair
+  each. Each type's accuracy is then measured on every explanation that allows it (six times the
+  pairs per type of a one-per-explanation draw), and the paper's estimand is the same in
+  expectation. A category's pairs weigh the types by how often each can be made: in the sample,
+  ``incorrect`` has material for 116 of 156 explanations, so it makes 27% of the logical pairs,
+  not a third.
+* ``one-per-explanation``: CEDAR's protocol ("for each human-validated explanation, we generate a
+  corrupted version using one of our six corruption types"): exactly one pair per valid
+  explanation, its type drawn uniformly among the requested types that can be made for it (a
+  type without material is left out of that explanation's draw and counted in ``skipped`` as
+  above; an explanation that allows no type gets no pair and is counted under ``"*"``). The draw
+  uses its own generator, ``instance_rng(seed, dialogue id, explanation index, "draw")``, and the
+  drawn pair is the very pair ``all`` makes for that type, so a one-per-explanation run is a
+  subset of the ``all`` run of the same seed and reuses its stored scores.
 """
 
 from __future__ import annotations
@@ -43,8 +60,8 @@ from dataclasses import asdict, dataclass, field
 
 from dialscore.probes.data import Dialogue, Explanation
 
-__all__ = ["CATEGORY", "COMPLETE", "CORRUPTIONS", "DROP_RATE", "LOGICAL", "NEGATED",
-           "CorruptedPair", "CorruptionSet", "corrupt", "corrupt_dialogues", "drop_words",
+__all__ = ["ALL_TYPES", "CATEGORY", "COMPLETE", "CORRUPTIONS", "DROP_RATE", "LOGICAL", "NEGATED",
+           "ONE_PER_EXPLANATION", "SAMPLINGS", "CorruptedPair", "CorruptionSet", "corrupt", "corrupt_dialogues", "drop_words",
            "instance_rng", "negation", "permutation", "reverse_words", "shuffle_words", "swapped"]
 
 LOGICAL: tuple[str, ...] = ("swapped", "negation", "incorrect")
@@ -58,6 +75,13 @@ NEGATED: dict[str, str] = {
     "causes/enables": "does not cause/enable",
 }
 DROP_RATE = 0.3
+#: Every requested corruption type of every valid explanation (the default).
+ALL_TYPES = "all"
+#: CEDAR's protocol: one type per valid explanation, drawn uniformly among those it allows.
+ONE_PER_EXPLANATION = "one-per-explanation"
+SAMPLINGS: tuple[str, ...] = (ALL_TYPES, ONE_PER_EXPLANATION)
+#: The label of the draw's generator (:func:`instance_rng`); not a corruption name.
+DRAW = "draw"
 _SHUFFLE_TRIES = 100
 
 
@@ -154,10 +178,12 @@ class CorruptedPair:
 
 @dataclass
 class CorruptionSet:
-    """Every corrupted pair of a data set, and the skips by ``(corruption, reason)``."""
+    """The corrupted pairs of a data set under one ``sampling`` (:data:`SAMPLINGS`), and the
+    corruptions that could not be made, counted by ``(corruption, reason)``."""
 
     pairs: list[CorruptedPair] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)
+    sampling: str = ALL_TYPES
 
     def skipped_rows(self) -> list[dict]:
         return [{"corruption": c, "reason": r, "count": n} for (c, r), n in sorted(self.skipped.items())]
@@ -195,12 +221,18 @@ def corrupt(dialogue: Dialogue, index: int, corruption: str,
 
 
 def corrupt_dialogues(dialogues: Iterable[Dialogue], seed: int,
-                      corruptions: Sequence[str] = CORRUPTIONS) -> CorruptionSet:
-    """Every valid explanation of every dialogue against each corruption, in data order."""
+                      corruptions: Sequence[str] = CORRUPTIONS,
+                      sampling: str = ALL_TYPES) -> CorruptionSet:
+    """The corrupted pairs of every valid explanation of every dialogue, in data order (for each
+    explanation in the order of `corruptions`): every type with ``sampling="all"``, one drawn
+    type with ``"one-per-explanation"`` (module docstring)."""
     unknown = [c for c in corruptions if c not in CATEGORY]
     if unknown:
         raise ValueError(f"unknown corruption(s) {unknown}; expected some of {', '.join(CORRUPTIONS)}")
-    out = CorruptionSet()
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"unknown sampling {sampling!r}; expected one of {', '.join(SAMPLINGS)}")
+    corruptions = list(dict.fromkeys(corruptions))  # a type named twice makes its pairs once
+    out = CorruptionSet(sampling=sampling)
     for d in dialogues:
         valid = [i for i, e in enumerate(d.explanations) if e.valid]
         if not valid:
@@ -208,13 +240,22 @@ def corrupt_dialogues(dialogues: Iterable[Dialogue], seed: int,
             continue
         for i in valid:
             e = d.explanations[i]
+            made: list[CorruptedPair] = []
             for c in corruptions:
                 text, source, reason = corrupt(d, i, c, seed)
                 if text is None:
                     out.skipped[(c, reason)] += 1
                     continue
-                out.pairs.append(CorruptedPair(
+                made.append(CorruptedPair(
                     dialogue_id=d.id, dataset=d.dataset, explanation_index=i, dimension=e.dimension,
                     corruption=c, category=CATEGORY[c], valid_text=e.text, corrupted_text=text,
                     source_index=source))
+            if sampling == ALL_TYPES:
+                out.pairs.extend(made)
+            elif made:  # drawn in the canonical order: the draw depends on the set of types only
+                pool = sorted(made, key=lambda pair: CORRUPTIONS.index(pair.corruption))
+                draw = instance_rng(seed, d.id, i, DRAW).random()
+                out.pairs.append(pool[int(draw * len(pool))])
+            else:
+                out.skipped[("*", "explanation allows no corruption type")] += 1
     return out

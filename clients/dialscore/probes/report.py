@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from dialscore.probes.corruptions import CATEGORY, CORRUPTIONS
+from dialscore.probes.corruptions import ALL_TYPES, CATEGORY, CORRUPTIONS, ONE_PER_EXPLANATION
 from dialscore.reporting.atomic import remove_stale_temporaries
 from dialscore.reporting.envelope import Echo, RunEnvelope, write_run_report
 from dialscore.reporting.plots import NO_PLOTS_NOTE, new_figure, plots_available, save_png
@@ -47,8 +47,8 @@ from dialscore.reporting.tables import render_grid
 
 __all__ = ["PAPER_DATASETS", "GroupMetrics", "Report", "ScoredPair", "accuracy", "bootstrap_ci",
            "cluster_bootstrap_ci",
-           "format_tables", "mean_delta", "plot_corruptions", "plot_models", "summarize",
-           "write_outputs"]
+           "format_tables", "mean_delta", "plot_corruptions", "plot_models", "sampling_note",
+           "summarize", "write_outputs"]
 
 PAPER_DATASETS: tuple[str, ...] = ("DailyDialog", "EmpatheticDialogues", "MuTual", "SocialIQA")
 CATEGORIES: tuple[str, ...] = ("logical", "complete")
@@ -58,7 +58,11 @@ SETTING_TITLES = {"inference": "Inference probing: NLL(R | E, H)",
 
 @dataclass(frozen=True)
 class ScoredPair:
-    """A valid explanation and a corruption of it, both scored by one model in one setting."""
+    """A valid explanation and a corruption of it, both scored by one model in one setting.
+
+    ``pair_id`` names the row within its run (``model|setting|dialogue_id|e<index>|corruption``,
+    so it differs between models); :attr:`probe_key` names the probe pair itself, the same for
+    every model that scored it."""
 
     pair_id: str
     model: str
@@ -76,6 +80,14 @@ class ScoredPair:
     #: True when the source of either item was shortened from the left to fit the model's window
     #: (whole oldest turns dropped, or tokens cut: the model format's `truncation`).
     truncated: bool = False
+
+    @property
+    def probe_key(self) -> tuple[str, str, str, int, str]:
+        """What identifies the probe pair whatever model scored it: ``(setting, dataset,
+        dialogue_id, explanation_index, corruption)``. Two models' rows with the same key
+        compare the same valid explanation with the same corruption type in the same setting."""
+        return (self.setting, self.dataset, self.dialogue_id, self.explanation_index,
+                self.corruption)
 
     @property
     def delta(self) -> float:
@@ -257,11 +269,15 @@ class Report(RunEnvelope):
 
     def table(self) -> str:
         """The terminal tables (paper Table 1/2 layout, then per corruption)."""
-        return format_tables(self.groups, self.models, self.skipped)
+        return format_tables(self.groups, self.models, self.skipped,
+                             sampling=self.config.get("sampling", ALL_TYPES),
+                             seed=self.config.get("seed"))
 
     def results(self) -> dict[str, Any]:
         """What report.json holds after the envelope: skips, groups, the metrics' definitions."""
         return {"skipped": self.skipped, "groups": [g.to_dict() for g in self.groups],
+                "sampling": sampling_note(self.config.get("sampling", ALL_TYPES),
+                                          self.config.get("seed")),
                 "metrics": {"accuracy": "share of pairs with NLL(valid) < NLL(corrupted); ties are misses",
                             "mean_delta": "mean of NLL(corrupted) - NLL(valid)",
                             "ci": "95% percentile bootstrap of the accuracy, resampling dialogues",
@@ -289,10 +305,26 @@ def _format_note(models: Mapping[str, Mapping[str, Any]], setting: str) -> str:
     return "; ".join(notes)
 
 
+def sampling_note(sampling: str, seed: int | None = None) -> str:
+    """One line saying how a run's pairs were sampled (:data:`~dialscore.probes.corruptions.SAMPLINGS`)
+    and, for a draw, with which seed (left out when None)."""
+    if sampling == ONE_PER_EXPLANATION:
+        seeded = "" if seed is None else f"; seed {seed}"
+        return ("pairs: one corruption per valid explanation, its type drawn uniformly among the "
+                f"types the explanation allows (CEDAR's protocol{seeded})")
+    if sampling == ALL_TYPES:
+        return ("pairs: every corruption type of each valid explanation (the default; CEDAR "
+                "draws one type per explanation: --sampling one-per-explanation)")
+    return f"pairs: sampling {sampling!r}"
+
+
 def format_tables(groups: Sequence[GroupMetrics], models: Mapping[str, Mapping[str, Any]] | None = None,
-                  skipped: Sequence[Mapping[str, Any]] = ()) -> str:
+                  skipped: Sequence[Mapping[str, Any]] = (), *, sampling: str = ALL_TYPES,
+                  seed: int | None = None) -> str:
     """Plain-text tables: per setting, models x (category, then dataset) with "accuracy / ΔNLL"
-    cells (the paper's Table 1/2 nesting), the pooled "all datasets" columns last, then a long table per corruption with counts and 95% CIs."""
+    cells (the paper's Table 1/2 nesting), the pooled "all datasets" columns last, then a long
+    table per corruption with counts and 95% CIs; then a line naming the `sampling` of the pairs
+    and one listing the corruptions that could not be made."""
     models = models or {}
     index = {(g.model, g.setting, g.dataset, g.category, g.corruption): g for g in groups}
     out: list[str] = []
@@ -337,8 +369,12 @@ def format_tables(groups: Sequence[GroupMetrics], models: Mapping[str, Mapping[s
                              f"[{g.ci_low:.2f}, {g.ci_high:.2f}]", f"{g.mean_delta:+.3f}", str(g.ties)])
         out.append(render_grid(rows, header_rows=1, right={3, 4, 6, 7}))
         out.append("")
+    if groups:
+        out.append(sampling_note(sampling, seed))
     if skipped:
-        out.append("Skipped corruptions (no material; not scored): " + "; ".join(
+        head = ("Corruption types left out of an explanation's draw (no material)"
+                if sampling == ONE_PER_EXPLANATION else "Skipped corruptions (no material; not scored)")
+        out.append(f"{head}: " + "; ".join(
             f"{s['corruption']}: {s['reason']} x{s['count']}" for s in skipped))
     return "\n".join(out).rstrip() + "\n"
 

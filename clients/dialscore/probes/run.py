@@ -45,7 +45,9 @@ from dialscore.client import AsyncDialscoreClient, DialscoreClient
 from dialscore.sync_bridge import run_sync
 from dialscore.extras import REPORTS, require
 from dialscore.model_card import ModelCard
-from dialscore.probes.corruptions import CORRUPTIONS, CorruptedPair, CorruptionSet, corrupt_dialogues
+from dialscore.probes.corruptions import (
+    ALL_TYPES, CORRUPTIONS, CorruptedPair, CorruptionSet, corrupt_dialogues,
+)
 from dialscore.probes.data import Dialogue, load_dialogues
 from dialscore.probes.report import Report, ScoredPair, summarize, write_outputs
 from dialscore.reporting.envelope import Echo, RunEnvelope
@@ -129,13 +131,15 @@ class ProbePlan:
 
 def plan_probes(dialogues: Sequence[Dialogue], models: Sequence[ModelCard],
                 settings: Sequence[str] = SETTINGS, seed: int = 0,
-                corruptions: Sequence[str] = CORRUPTIONS) -> ProbePlan:
-    """Build every pair and its two items, deduplicating identical items."""
+                corruptions: Sequence[str] = CORRUPTIONS, sampling: str = ALL_TYPES) -> ProbePlan:
+    """Build every pair and its two items, deduplicating identical items. The corrupted pairs
+    (:func:`~dialscore.probes.corruptions.corrupt_dialogues` under `sampling`) are made once
+    and probed with every model and setting, so all models score the same pairs."""
     bad = [s for s in settings if s not in SETTINGS]
     if bad:
         raise ValueError(f"unknown setting(s) {bad}; expected some of {', '.join(SETTINGS)}")
     by_id = {d.id: d for d in dialogues}
-    plan = ProbePlan(corruptions=corrupt_dialogues(dialogues, seed, corruptions))
+    plan = ProbePlan(corruptions=corrupt_dialogues(dialogues, seed, corruptions, sampling))
 
     for info in models:
         fp = model_fingerprint(info)
@@ -254,14 +258,14 @@ class _Run:
 
 def _prepare(data: str | Path | Sequence[Dialogue], available: Sequence[ModelCard],
              models: Sequence[str] | str | None, settings: Sequence[str] | str, seed: int,
-             out_dir: str | Path, corruptions: Sequence[str], chunk_size: int, n_boot: int,
-             base_url: str, progress: bool) -> _Run:
+             out_dir: str | Path, corruptions: Sequence[str], sampling: str, chunk_size: int,
+             n_boot: int, base_url: str, progress: bool) -> _Run:
     if isinstance(settings, str):
         settings = [s.strip() for s in settings.split(",") if s.strip()]
     path = data if isinstance(data, (str, Path)) else None
     dialogues = load_dialogues(path) if path is not None else list(data)
     chosen = _resolve_models(available, models)
-    plan = plan_probes(dialogues, chosen, settings, seed, corruptions)
+    plan = plan_probes(dialogues, chosen, settings, seed, corruptions, sampling)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     lock = RunLock(out).acquire()  # released by _Run.release (or when the process ends)
@@ -269,7 +273,8 @@ def _prepare(data: str | Path | Sequence[Dialogue], available: Sequence[ModelCar
     store.load()
     envelope = RunEnvelope.start(
         "probe", path, base_url, models=[m.name for m in chosen], settings=list(settings),
-        seed=seed, corruptions=list(corruptions), chunk_size=chunk_size, n_boot=n_boot,
+        seed=seed, corruptions=list(corruptions), sampling=sampling, chunk_size=chunk_size,
+        n_boot=n_boot,
         n_dialogues=len(dialogues),
         dialogues_per_dataset=dict(sorted(Counter(d.dataset for d in dialogues).items())),
         pairs=len(plan.pairs), items=len(plan.items), items_before_dedup=plan.n_item_refs,
@@ -310,14 +315,18 @@ async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequ
                       models: Sequence[str] | str | None = None,
                       settings: Sequence[str] | str = SETTINGS, seed: int = 0,
                       out_dir: str | Path = "runs/probe", *, chunk_size: int = 64,
-                      corruptions: Sequence[str] = CORRUPTIONS, n_boot: int = 1000,
+                      corruptions: Sequence[str] = CORRUPTIONS, sampling: str = ALL_TYPES,
+                      n_boot: int = 1000,
                       plots: bool = True, progress: bool = True,
                       echo: Echo = None) -> Report:
     """Run the CEDAR probes against a served model set and write the report into ``out_dir``.
 
     ``data_path``: a JSON Lines file (:mod:`dialscore.probes.data`) or loaded dialogues.
     ``models``: names (or a comma-separated string); None = every dialogue model the server
-    serves. ``settings``: ``inference`` and/or ``attribution``. Items already in
+    serves. ``settings``: ``inference`` and/or ``attribution``. ``sampling``: ``"all"``
+    (every corruption type of each valid explanation) or ``"one-per-explanation"`` (CEDAR's
+    seeded draw; :mod:`dialscore.probes.corruptions`), recorded as ``config.sampling`` in
+    report.json and stated in the tables. Items already in
     ``out_dir/scores.jsonl`` are not sent again. ``echo`` (e.g. ``print``) receives the tables.
 
     Needs numpy (the `reports` extra) for the confidence intervals: without it
@@ -325,7 +334,7 @@ async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequ
     """
     _require_reports()
     run = _prepare(data_path, await client.models(), models, settings, seed, out_dir, corruptions,
-                   chunk_size, n_boot, client.base_url, progress)
+                   sampling, chunk_size, n_boot, client.base_url, progress)
     try:
         await client.limits()  # read once: nll_many then keeps its chunks within them
         run.open_bar()

@@ -16,7 +16,8 @@ and holds the folder's lock while it runs. The file names carry the evaluation a
                 decode-MODE-MODEL.detections.jsonl   the resume store (one row per dialogue)
     decode-human-bot  decode-human-bot-MODE.predictions.jsonl   the resume store (one row per utterance)
                 decode-human-bot-MODE.csv / .json       one row per utterance: bot, human?, mark,
-                                                        annotators, the prediction
+                                                        annotators (who agreed: the summed
+                                                        verifier counts), the prediction
                 decode-human-bot-MODE-bots.csv / .json  per bot: n, mean score, marked rate, kept
                 decode-human-bot-MODE.png               mean score vs marked rate per bot (matplotlib)
     robustness  robustness-TAG.csv / .json            one row per (response, variant)

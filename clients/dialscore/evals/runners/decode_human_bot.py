@@ -1,6 +1,8 @@
 """DECODE's human-bot analyses against a running service: every utterance of annotated
-human-bot logs scored against its own preceding context (resumable), then Table 7's P/R/F1/AUC,
-Figure 3's fire rates on five groups and Figure 4's per-bot correlation and scatter plot."""
+human-bot logs (:mod:`dialscore.evals.human_bot_log`) scored against its own preceding context
+(resumable), then Table 7's P/R/F1/AUC, Figure 3's fire rates on five groups, each printed with
+its size (an empty group as "empty", with a note), and Figure 4's per-bot correlation and
+scatter plot."""
 
 from __future__ import annotations
 
@@ -9,9 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dialscore.evals.decode import Prediction
-from dialscore.evals.decode_human_bot import (
-    MIN_BOT_UTTERANCES, HumanBotMetrics, HumanBotUtterance, human_bot_metrics, read_human_bot,
-)
+from dialscore.evals.decode_human_bot import MIN_BOT_UTTERANCES, HumanBotMetrics, human_bot_metrics
+from dialscore.evals.human_bot_log import HumanBotLog, HumanBotUtterance, read_human_bot
 from dialscore.evals.detector_kind import comparable_row
 from dialscore.evals.runners.decode import DECODE_MODES
 from dialscore.evals.runners.selection import first
@@ -37,6 +38,15 @@ def _valid_prediction(row: dict[str, Any]) -> bool:
     probability = row.get("probability")
     return (isinstance(row.get("is_contradiction"), bool) and not isinstance(probability, bool)
             and isinstance(probability, (int, float)))
+
+
+def _reading_note(log: HumanBotLog, n_utterances: int) -> str:
+    """What reading the log found: records, conversations, merged copies, utterances."""
+    return (f"{log.records} record(s) of {log.conversations} conversation(s) "
+            f"({log.copies} truncated cop(ies) merged: {log.turns_in_several_copies} turn(s) in "
+            f"several copies, {log.turns_with_differing_marks} with differing marks); "
+            f"{n_utterances} utterance(s) with context ({log.first_turns_skipped} first turn(s) "
+            f"skipped, no context); agreement = {' + '.join(log.count_fields)}")
 
 
 @dataclass
@@ -65,7 +75,9 @@ async def arun_decode_human_bot(client: AsyncDialscoreClient, path: str | Path,
     :class:`~dialscore.reporting.resume_store.ResumeStore`, one row per utterance under its
     ``"id"``) every :data:`STORE_EVERY` utterances, and a rerun sends only the utterances not
     stored yet (a store holding rows of another mode, threshold or model is refused). `limit`
-    keeps the first utterances. `detector_kind` ("nli" or "decode-trained") is stated with the
+    keeps the first utterances. A log without the agreement fields (or with a bad value) is a
+    ValueError naming them, raised before any request. `detector_kind` ("nli" or
+    "decode-trained") is stated with the
     comparable paper figures. The PNG needs matplotlib; without it `echo` gets a note.
     """
     if mode not in DECODE_MODES:
@@ -74,8 +86,8 @@ async def arun_decode_human_bot(client: AsyncDialscoreClient, path: str | Path,
     envelope = RunEnvelope.start("decode-human-bot", path, client.base_url, mode=mode,
                                  threshold=threshold, model=model, min_utterances=min_utterances,
                                  annotator_key=annotator_key, limit=limit, chunk_size=chunk_size)
-    read, skipped_first, n_records = read_human_bot(path, annotator_key)
-    utterances = first(read, limit, f"{path}: no utterance with context to evaluate")
+    log = read_human_bot(path, annotator_key)
+    utterances = first(list(log.utterances), limit, f"{path}: no utterance with context to evaluate")
     served = await served_models(client)
     if model is not None:
         resolve_model(served, model, "classifier", "contradiction detection")
@@ -118,9 +130,8 @@ async def arun_decode_human_bot(client: AsyncDialscoreClient, path: str | Path,
                   write_reports(out / f"decode-human-bot-{mode}-bots", bot_rows).items()})
     table = format_table(metrics.as_rows(),
                          title=f"DECODE human-bot analyses ({mode}, {classifier}): {path}")
-    notes = [f"{n_records} record(s), {len(utterances)} utterance(s) with context "
-             f"({skipped_first} first turn(s) skipped, no context); "
-             f"{len(utterances) - len(todo)} resumed from {store.path.name}",
+    notes = [*metrics.group_notes(), _reading_note(log, len(utterances)),
+             f"{len(utterances) - len(todo)} utterance(s) resumed from {store.path.name}",
              "per-bot (n, mean score, marked rate): " + "; ".join(
                  f"{b.bot} ({b.n}, {b.mean_score:.3f}, {b.marked_rate:.3f})" for b in metrics.per_bot),
              f"bots with fewer than {min_utterances} bot utterances (left out of r): "
@@ -136,8 +147,13 @@ async def arun_decode_human_bot(client: AsyncDialscoreClient, path: str | Path,
     table += "\n" + "\n".join(notes)
     envelope.models = model_provenance(served, [classifier])
     results_json = {"classifier": classifier, "detector_kind": detector_kind,
-                    "comparable_to": kind_note, "records_read": n_records,
-                    "first_turns_skipped": skipped_first, "resumed": len(utterances) - len(todo),
+                    "comparable_to": kind_note, "records_read": log.records,
+                    "conversations": log.conversations, "truncated_copies": log.copies,
+                    "turns_in_several_copies": log.turns_in_several_copies,
+                    "turns_with_differing_marks": log.turns_with_differing_marks,
+                    "agreement_fields": list(log.count_fields),
+                    "first_turns_skipped": log.first_turns_skipped,
+                    "resumed": len(utterances) - len(todo), "empty_groups": list(metrics.empty_groups()),
                     "metrics": metrics}
     files = write_run_report(envelope, results_json, table=table,
                              table_path=out / f"decode-human-bot-{mode}.txt",
