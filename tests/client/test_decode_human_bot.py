@@ -259,7 +259,6 @@ def test_the_shared_rct_file_is_not_a_human_bot_log():
 
 
 def test_plot_written_with_matplotlib(tmp_path):
-    pytest.importorskip("matplotlib")
     run = _run(_write(tmp_path), tmp_path / "out", ContractFake())
     png = run.files["plot"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("numpy")
-
-from dialscore.probes.compare import compare_models  # noqa: E402
-from dialscore.probes.report import ScoredPair, bootstrap_ci, cluster_bootstrap_ci, summarize  # noqa: E402
+from dialscore.probes.compare import compare_models
+from dialscore.probes.report import ScoredPair, bootstrap_ci, cluster_bootstrap_ci, summarize
 
 
 def _pair(model, dialogue, k, correct):

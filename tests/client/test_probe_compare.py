@@ -9,15 +9,14 @@ from dataclasses import asdict
 
 import pytest
 
-pytest.importorskip("numpy")
 
-from dialscore.cli import build_parser, main  # noqa: E402
-from dialscore.client import DialscoreClient  # noqa: E402
-from dialscore.probes.compare import compare_models, read_scored_pairs  # noqa: E402
-from dialscore.probes.data import Dialogue, Explanation, dump_dialogues  # noqa: E402
-from dialscore.probes.report import ScoredPair  # noqa: E402
-from dialscore.probes.run import run_probes  # noqa: E402
-from contract_fake import ContractFake  # noqa: E402
+from dialscore.cli import build_parser, main
+from dialscore.client import DialscoreClient
+from dialscore.probes.compare import compare_models, read_scored_pairs
+from dialscore.probes.data import Dialogue, Explanation, dump_dialogues
+from dialscore.probes.report import ScoredPair
+from dialscore.probes.run import run_probes
+from contract_fake import ContractFake
 
 
 def _pair(model: str, setting: str, dialogue: int, k: int, category: str,

@@ -57,3 +57,26 @@ def tiny_queue(served, stand_ins):
          "serving": {**ONE_THREAD, "max_ongoing_requests": 1, "max_queued_requests": 1}}])
     with deploy_app(served, "tiny", args) as app:
         yield app
+
+
+@pytest.fixture(scope="session")
+def fair(served, stand_ins):
+    """An app (`fair`, under /fair) serving fake engines whose every engine call waits at a gate
+    the test opens (gated_engines.py): what a replica computes is decided by the test."""
+    from gated_engines import gated_args
+
+    with deploy_app(served, "fair", gated_args(stand_ins)) as app:
+        yield app
+
+
+@pytest.fixture()
+def gate(fair):
+    """A fresh gate for the `fair` app (every engine call waits at it); afterwards every call
+    may pass."""
+    import ray
+
+    from gated_engines import open_gate
+
+    g = open_gate()
+    yield g
+    ray.get(g.allow.remote(10_000))

@@ -17,6 +17,9 @@ import ray
 
 from fake_api import FakeDetector, FakeNLLEngine
 
+#: The models of a gated app (:func:`gated_args`): a dialogue model and a classifier.
+GPT = "fake-gpt"
+NLI = "fake-nli"
 GATE_NAME = "dialscore-test-gate"
 GATE_NAMESPACE = "dialscore-tests"
 
@@ -92,3 +95,25 @@ class GatedDetector(FakeDetector):
     def detect_many(self, jobs, guard=None):
         ray.get(gate().enter.remote([d[-1].text for j in jobs for d in j.dialogues]))
         return super().detect_many(jobs, guard)
+
+
+def gated_args(stand_ins: Any, **extra: Any):
+    """AppArgs of an app serving :data:`GPT` and :data:`NLI` on the gated engines (`extra`:
+    further AppArgs fields)."""
+    from serve_apps import ONE_THREAD, app_args
+
+    return app_args(stand_ins, models=[
+        {"name": "dialogpt-medium", "serve_as": GPT,
+         "serving": {**ONE_THREAD, "engine": "gated_engines:GatedNLLEngine"}}],
+        classifiers=[{"name": "roberta-large-mnli", "serve_as": NLI,
+                      "serving": {**ONE_THREAD, "engine": "gated_engines:GatedDetector"}}],
+        **extra)
+
+
+def fake_tokens(body: dict) -> int:
+    """The tokens the fake NLL engine admits for a /v1/nll body (its work in the ledger)."""
+    from dialscore_server.nll.protocol import NLLItemIn
+    from fake_api import FAKE_CARDS
+
+    engine = FakeNLLEngine(FAKE_CARDS[0])
+    return sum(engine.encode(NLLItemIn.model_validate(i).to_item()).cost for i in body["items"])

@@ -16,18 +16,14 @@ import httpx
 import pytest
 import ray
 
-from dialscore_server.nll.protocol import NLLItemIn
-from fake_api import FAKE_CARDS, FakeNLLEngine
-from gated_engines import open_gate
-from serve_apps import ONE_THREAD, app_args, deploy_app, wait_until, work
+from gated_engines import GPT, NLI, fake_tokens, gated_args, open_gate
+from serve_apps import deploy_app, wait_until, work
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
 
 #: A hang guard for gate waits, not a speed requirement.
 HANG_S = 120.0
 
-NLI = "fake-nli"
-GPT = "fake-gpt"
 #: 128 dialogues x 128 earlier turns of the last speaker = 16384 pairs (max_request_pairs): 128
 #: chunks of one dialogue each (a dialogue is never split; default chunk_pairs 64).
 LARGE = {"model": NLI, "dialogues": [
@@ -43,29 +39,6 @@ LARGE_NLL = {"model": GPT, "items": [
     {"context": [f"i have {t} dogs and {d} cats ." for t in range(4)],
      "target": f"i never had a dog , i have {d} cats ."} for d in range(1024)]}
 SMALL_NLL = {"model": GPT, "items": [{"context": ["do you like dogs ?"], "target": "yes ."}]}
-
-
-def gated_args(stand_ins, **extra):
-    return app_args(stand_ins, models=[
-        {"name": "dialogpt-medium", "serve_as": GPT,
-         "serving": {**ONE_THREAD, "engine": "gated_engines:GatedNLLEngine"}}],
-        classifiers=[{"name": "roberta-large-mnli", "serve_as": NLI,
-                      "serving": {**ONE_THREAD, "engine": "gated_engines:GatedDetector"}}],
-        **extra)
-
-
-@pytest.fixture(scope="module")
-def fair(served, stand_ins):
-    with deploy_app(served, "fair", gated_args(stand_ins)) as app:
-        yield app
-
-
-@pytest.fixture()
-def gate(fair):
-    """A fresh gate (every engine call waits at it); afterwards every call may pass."""
-    g = open_gate()
-    yield g
-    ray.get(g.allow.remote(10_000))
 
 
 def post_in_background(url: str, body: dict, results: dict, name: str, **kw) -> threading.Thread:
@@ -97,12 +70,6 @@ def admitted(app: str, model: str, before: dict, cost: float) -> None:
     it is admitted)."""
     wait_until(lambda: work(app, model)["admitted"] - before["admitted"] >= cost,
                f"{cost} more work admitted on {model}")
-
-
-def fake_tokens(body: dict) -> int:
-    """The tokens the fake NLL engine admits for a /v1/nll body (its work in the ledger)."""
-    engine = FakeNLLEngine(FAKE_CARDS[0])
-    return sum(engine.encode(NLLItemIn.model_validate(i).to_item()).cost for i in body["items"])
 
 
 def calls_until(gate, label: str, most: int) -> list[list[str]]:

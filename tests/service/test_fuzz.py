@@ -32,7 +32,7 @@ import pytest
 
 pytestmark = pytest.mark.serve
 
-schemathesis = pytest.importorskip("schemathesis")
+import schemathesis  # noqa: E402  (the test extra installs it)
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 from dialscore_server.contract.errors import STATUS  # noqa: E402

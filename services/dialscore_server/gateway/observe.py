@@ -8,7 +8,8 @@ cost about as much per request as the whole of POST /v1/nll's own work in the ga
 (BENCHMARKS.md, "HTTP path breakdown"). What is observed is unchanged: the status and
 ``x-error-type`` of the response start, timed when the response starts (as ``call_next``
 returned), once per request that got a response; a request whose client left before any response
-is not counted.
+is not counted. An exception nobody handled (a bug) is answered here as 500 ``internal``, so it is
+counted too.
 """
 
 from __future__ import annotations
@@ -55,8 +56,12 @@ class ObserveRequests:
         path = app_path(scope)
         endpoint = path if path in self.known_paths else "other"
 
+        started = False
+
         async def observed(message: dict[str, Any]) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 record(endpoint, message["status"], Headers(raw=message.get("headers") or []),
                        start)
             await send(message)
@@ -65,7 +70,14 @@ class ObserveRequests:
             response = http_errors.error_response(
                 ServiceError("unauthorized", "missing or wrong bearer token"))
             return await response(scope, receive, observed)
-        await self.app(scope, receive, observed)
+        try:
+            await self.app(scope, receive, observed)
+        except Exception:
+            # A bug: answered here (so it is counted) as the one error shape's `internal`, then
+            # raised on for the server's log (Starlette sends nothing more once a response began).
+            if not started:
+                await http_errors.internal_error_response()(scope, receive, observed)
+            raise
 
 
 def record(endpoint: str, status: int, headers: Headers, start: float) -> None:
