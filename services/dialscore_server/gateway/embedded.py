@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib.resources import files
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -36,18 +37,37 @@ def app_args_from_yaml(path: str | Path = LOCAL_CONFIG) -> AppArgs:
     return AppArgs.model_validate(raw)
 
 
+class LocalService(NamedTuple):
+    """The embedded default's two addresses: `url`, the front door's (what clients use), and
+    `proxy_url`, Serve's HTTP proxy's behind it (loopback only; for measuring the front door)."""
+
+    url: str
+    proxy_url: str
+
+
 @contextmanager
 def serve_locally(args: AppArgs, *, num_cpus: int | None = None, name: str = "dialscore",
                   host: str = "127.0.0.1", port: int | None = None,
                   limits: FrontDoorLimits | None = None) -> Iterator[str]:
     """Start Ray and the app; yield its base URL (http://HOST:PORT, default 127.0.0.1 and a free
-    port); shut both down after.
+    port); shut both down after. As :func:`local_service`, which says more."""
+    with local_service(args, num_cpus=num_cpus, name=name, host=host, port=port,
+                       limits=limits) as service:
+        yield service.url
 
-    HOST:PORT is the front door's (gateway/front_door.py), with `limits` (default: from
-    ``DIALSCORE_HEADER_TIMEOUT_S`` and ``DIALSCORE_MAX_CONNECTIONS``, read before Ray starts, so
-    a bad value fails at once). Serve's HTTP proxy listens on another free port of 127.0.0.1,
-    which only the front door uses. The front door runs in this process, which records its
-    counts to Ray's metrics agent as well as to its own registry (metrics.py).
+
+@contextmanager
+def local_service(args: AppArgs, *, num_cpus: int | None = None, name: str = "dialscore",
+                  host: str = "127.0.0.1", port: int | None = None,
+                  limits: FrontDoorLimits | None = None) -> Iterator[LocalService]:
+    """Start Ray and the app; yield its addresses; shut both down after.
+
+    HOST:PORT (default 127.0.0.1 and a free port) is the front door's (gateway/front_door.py),
+    with `limits` (default: from ``DIALSCORE_HEADER_TIMEOUT_S`` and
+    ``DIALSCORE_MAX_CONNECTIONS``, read before Ray starts, so a bad value fails at once). Serve's
+    HTTP proxy listens on another free port of 127.0.0.1, for the front door. The front door
+    runs in this process, which records its counts to Ray's metrics agent as well as to its own
+    registry (metrics.py).
 
     The replicas import the same code as this process: the folders that hold the imported
     `dialscore_server` and `dialscore` packages go first on their PYTHONPATH, so a benchmark run
@@ -77,7 +97,7 @@ def serve_locally(args: AppArgs, *, num_cpus: int | None = None, name: str = "di
         metrics.SLOW_CLIENTS.record_to_ray_from_this_process()
         with front_door_thread(("127.0.0.1", proxy_port), host, port, limits):
             serve.run(build_app(args), name=name, route_prefix="/")
-            yield f"http://{host}:{port}"
+            yield LocalService(f"http://{host}:{port}", f"http://127.0.0.1:{proxy_port}")
     finally:
         metrics.SLOW_CLIENTS.record_to_ray_from_this_process(False)
         serve.shutdown()
