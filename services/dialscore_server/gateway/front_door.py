@@ -139,6 +139,7 @@ class FrontDoor:
 
     @property
     def clock(self) -> Clock:
+        """What times the header deadlines (call on the front door's loop)."""
         return self._clock or asyncio.get_running_loop()
 
     @property
@@ -163,6 +164,7 @@ class FrontDoor:
             self._server.close()
         for connection in list(self._open):
             connection.abort()
+        await asyncio.sleep(0)  # their connection_lost callbacks run
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -414,6 +416,8 @@ class _Connection(asyncio.Protocol):
         """Close both sides at once, without an answer."""
         self.finished = True
         self._disarm()
+        if self._connect is not None and not self._connect.done():
+            self._connect.cancel()
         if self.upstream is not None:
             self.upstream.close()
         if self.client is not None:
