@@ -1,7 +1,7 @@
 """The front door (gateway/front_door.py) on loopback, without Ray, in front of a plain HTTP/1.1
 upstream (front_door_kit.py). Its clock is a :class:`ManualClock`: a header deadline passes when a
 test advances it, never because the machine was slow, and a test waits for the upstream to have
-received bytes (or for a timer to be armed) rather than sleeping. Through the real app: 
+received bytes (or for a timer to be armed) rather than sleeping. Through the real app:
 tests/service/test_slow_clients.py."""
 
 from __future__ import annotations
