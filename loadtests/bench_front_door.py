@@ -15,6 +15,11 @@ even ones), with one kept-alive client per path:
 * large bodies: `--large` sequential POST /v1/nll requests of 7.9 MB (one over-long target: the
   gateway reads and parses all of it, then answers 413 without scoring); MB/s per path.
 
+The client runs in a process of its own. Wall-clock figures on a busy machine carry its
+scheduling noise, so the run also reads the CPU time of the process that holds the front door
+(the driver: the front door's thread, and Ray's driver threads, which run in both phases) over
+each phase: door minus proxy is the front door's own CPU cost, per request and per MB.
+
 Prints each round and the medians over rounds, with door / proxy ratios. Traffic goes to
 127.0.0.1 only; the run is bounded by the counts above and stops after `--max-seconds`.
 """
@@ -79,10 +84,28 @@ def payloads(args: argparse.Namespace) -> tuple[dict, list[bytes], bytes]:
     return small, bodies, large
 
 
-def client_rounds(bases: dict[str, str], args: argparse.Namespace) -> list[dict[str, dict[str, float]]]:
-    """The measurements, in a process of their own (so the client does not share the front
-    door's process and its interpreter lock): one kept-alive client per path."""
+def driver_cpu_s() -> float:
+    """CPU seconds (user + system) this process has used."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def client_rounds(bases: dict[str, str], args: argparse.Namespace, driver) -> None:
+    """The measurements, in a process of their own: one kept-alive client per path. `driver` is
+    a pipe to the driver: "cpu" asks for its CPU seconds; the rows go back at the end."""
     import httpx
+
+    def cpu() -> float:
+        driver.send("cpu")
+        return driver.recv()
+
+    def measured(run) -> tuple[float, float]:
+        """(wall seconds of run(), driver CPU seconds meanwhile)."""
+        before = cpu()
+        wall = run()
+        return wall, cpu() - before
 
     small, bodies, large = payloads(args)
     clients = {p: httpx.Client(base_url=bases[p], timeout=600) for p in PATHS}
@@ -95,7 +118,8 @@ def client_rounds(bases: dict[str, str], args: argparse.Namespace) -> list[dict[
             send_all(clients[path], "/v1/nll", bodies[:1], 200)
             send_all(clients[path], "/v1/nll", [large], 413)
         print(f"{'round':>5s} {'path':>5s} {'healthz p50':>11s} {'p99':>7s} {'nll p50':>8s} "
-              f"{'p99':>7s} {'bulk items/s':>12s} {'large MB/s':>10s}   (ms)", flush=True)
+              f"{'p99':>7s} {'bulk items/s':>12s} {'large MB/s':>10s} {'CPU ms/req':>10s} "
+              f"{'CPU ms/MB':>9s}   (ms; CPU: the driver's)", flush=True)
         for r in range(args.rounds):
             if time.monotonic() > stop_at:
                 print(f"stopped after {r} rounds (--max-seconds)")
@@ -103,25 +127,32 @@ def client_rounds(bases: dict[str, str], args: argparse.Namespace) -> list[dict[
             row: dict[str, dict[str, float]] = {}
             for path in (PATHS if r % 2 == 0 else PATHS[::-1]):
                 client = clients[path]
-                health = latencies(client, "GET", "/healthz", args.small)
-                nll = latencies(client, "POST", "/v1/nll", args.small, small)
+                health: list[float] = []
+                nll: list[float] = []
+                _, small_cpu = measured(lambda: (
+                    health.extend(latencies(client, "GET", "/healthz", args.small)),
+                    nll.extend(latencies(client, "POST", "/v1/nll", args.small, small)), 0.0)[-1])
                 seconds = send_all(client, "/v1/nll", bodies, 200)
-                large_s = send_all(client, "/v1/nll", [large] * args.large, 413)
+                large_s, large_cpu = measured(
+                    lambda: send_all(client, "/v1/nll", [large] * args.large, 413))
+                megabytes = args.large * len(large) / 1e6
                 row[path] = {"health_p50": statistics.median(health) * 1e3,
                              "health_p99": pct(health, 99) * 1e3,
                              "nll_p50": statistics.median(nll) * 1e3, "nll_p99": pct(nll, 99) * 1e3,
                              "items_s": args.bulk * args.bulk_items / seconds,
-                             "mb_s": args.large * len(large) / large_s / 1e6}
+                             "mb_s": megabytes / large_s,
+                             "cpu_ms_req": small_cpu / (2 * args.small) * 1e3,
+                             "cpu_ms_mb": large_cpu / megabytes * 1e3}
             for path in PATHS:
                 v = row[path]
                 print(f"{r + 1:5d} {path:>5s} {v['health_p50']:11.2f} {v['health_p99']:7.2f} "
                       f"{v['nll_p50']:8.2f} {v['nll_p99']:7.2f} {v['items_s']:12.0f} "
-                      f"{v['mb_s']:10.1f}", flush=True)
+                      f"{v['mb_s']:10.1f} {v['cpu_ms_req']:10.3f} {v['cpu_ms_mb']:9.2f}", flush=True)
             rows.append(row)
     finally:
         for client in clients.values():
             client.close()
-    return rows
+        driver.send(rows)
 
 
 def main() -> int:
@@ -136,7 +167,6 @@ def main() -> int:
     args = ap.parse_args()
 
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
     from dialscore_server.checkpoints.standins import build_stand_ins
     from dialscore_server.gateway.args import AppArgs
@@ -154,17 +184,25 @@ def main() -> int:
         print(f"machine: {os.cpu_count()} CPUs; door {bases['door']} -> proxy {bases['proxy']}; per "
               f"path and round: {args.small} small requests of each kind, {args.bulk} x "
               f"{args.bulk_items}-item requests, {args.large} x 7.9 MB", flush=True)
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            rows = pool.submit(client_rounds, bases, args).result()
+        context = multiprocessing.get_context("spawn")
+        here, there = context.Pipe()
+        client = context.Process(target=client_rounds, args=(bases, args, there))
+        client.start()
+        while (message := here.recv()) == "cpu":
+            here.send(driver_cpu_s())
+        rows = message
+        client.join()
     if not rows:
         return 1
     print("median over rounds (door / proxy):")
     for key, label in (("health_p50", "GET /healthz p50 ms"), ("health_p99", "GET /healthz p99 ms"),
                        ("nll_p50", "1-item /v1/nll p50 ms"), ("nll_p99", "1-item /v1/nll p99 ms"),
-                       ("items_s", "bulk items/s"), ("mb_s", "7.9 MB bodies, MB/s")):
+                       ("items_s", "bulk items/s"), ("mb_s", "7.9 MB bodies, MB/s"),
+                       ("cpu_ms_req", "driver CPU ms/small req"), ("cpu_ms_mb", "driver CPU ms/MB")):
         door = statistics.median(r["door"][key] for r in rows)
         proxy = statistics.median(r["proxy"][key] for r in rows)
-        print(f"  {label:24s} door {door:9.2f}  proxy {proxy:9.2f}  ratio {door / proxy:5.3f}")
+        print(f"  {label:25s} door {door:9.3f}  proxy {proxy:9.3f}  ratio {door / proxy:6.3f}  "
+              f"difference {door - proxy:+.3f}")
     return 0
 
 
