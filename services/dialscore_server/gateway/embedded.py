@@ -1,8 +1,8 @@
 """The embedded default: run the application on a local Ray instance, behind the front door
 (gateway/front_door.py), on a free loopback port or the one asked for.
 
-Used by `dialscore demo`, the load tests, the benchmarks and the test fixture, so all of them start
-the service the same way (and `HF_HUB_OFFLINE` reaches the replicas).
+Used by `dialscore serve`, `dialscore demo`, the load tests, the benchmarks and the test fixture,
+so all of them start the service the same way (and `HF_HUB_OFFLINE` reaches the replicas).
 """
 
 from __future__ import annotations
