@@ -2,8 +2,8 @@
 same requests sent through the front door and straight to Serve's proxy behind it, interleaved
 in one run, on loopback.
 
-    python loadtests/bench_front_door.py                       # 5 rounds, about 2 minutes
-    python loadtests/bench_front_door.py --rounds 3 --small 100
+    python -m loadtests.bench_front_door                       # 5 rounds, about 4 minutes
+    python -m loadtests.bench_front_door --rounds 3 --small 100
 
 Each round measures both paths, in alternating order (door first in odd rounds, proxy first in
 even ones), with one kept-alive client per path:
@@ -31,24 +31,23 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
+from collections.abc import Callable
+from multiprocessing.connection import Connection
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import httpx
+
+from dialscore_server.checkpoints.standins import build_stand_ins, templated_sentences
+from dialscore_server.gateway.args import AppArgs
+from dialscore_server.gateway.embedded import local_service
+from loadtests.common import NLL_MODEL, WORK, parser, percentile
 
 PATHS = ("door", "proxy")
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
-def latencies(client, method: str, url: str, n: int, body: dict | None = None) -> list[float]:
+def latencies(client: httpx.Client, method: str, url: str, n: int,
+              body: dict | None = None) -> list[float]:
+    """Seconds of each of `n` sequential requests, each answered 200."""
     out = []
     for _ in range(n):
         start = time.perf_counter()
@@ -58,7 +57,7 @@ def latencies(client, method: str, url: str, n: int, body: dict | None = None) -
     return out
 
 
-def send_all(client, url: str, bodies: list[bytes], status: int) -> float:
+def send_all(client: httpx.Client, url: str, bodies: list[bytes], status: int) -> float:
     """Seconds for the JSON bodies sent one after another, each answered `status`."""
     start = time.perf_counter()
     for body in bodies:
@@ -71,15 +70,13 @@ def payloads(args: argparse.Namespace) -> tuple[dict, list[bytes], bytes]:
     """The one-item request, the bulk bodies and the large body (JSON bytes), from the seed."""
     import json
 
-    from dialscore_server.checkpoints.standins import templated_sentences
-
     rng = random.Random(args.seed)
     pool = templated_sentences(2000, seed=args.seed)
-    small = {"model": "dialogpt-medium", "items": [{"context": ["Hi!"], "target": "Hello there."}]}
-    bodies = [json.dumps({"model": "dialogpt-medium", "items": [
+    small = {"model": NLL_MODEL, "items": [{"context": ["Hi!"], "target": "Hello there."}]}
+    bodies = [json.dumps({"model": NLL_MODEL, "items": [
         {"context": rng.sample(pool, 4), "target": rng.choice(pool)} for _ in range(args.bulk_items)]}
     ).encode() for _ in range(args.bulk)]
-    large = json.dumps({"model": "dialogpt-medium", "items": [
+    large = json.dumps({"model": NLL_MODEL, "items": [
         {"context": ["Hi!"], "target": "x" * 7_900_000}]}).encode()
     return small, bodies, large
 
@@ -92,16 +89,14 @@ def driver_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def client_rounds(bases: dict[str, str], args: argparse.Namespace, driver) -> None:
+def client_rounds(bases: dict[str, str], args: argparse.Namespace, driver: Connection) -> None:
     """The measurements, in a process of their own: one kept-alive client per path. `driver` is
     a pipe to the driver: "cpu" asks for its CPU seconds; the rows go back at the end."""
-    import httpx
-
     def cpu() -> float:
         driver.send("cpu")
         return driver.recv()
 
-    def measured(run) -> tuple[float, float]:
+    def measured(run: Callable[[], float]) -> tuple[float, float]:
         """(wall seconds of run(), driver CPU seconds meanwhile)."""
         before = cpu()
         wall = run()
@@ -137,8 +132,9 @@ def client_rounds(bases: dict[str, str], args: argparse.Namespace, driver) -> No
                     lambda: send_all(client, "/v1/nll", [large] * args.large, 413))
                 megabytes = args.large * len(large) / 1e6
                 row[path] = {"health_p50": statistics.median(health) * 1e3,
-                             "health_p99": pct(health, 99) * 1e3,
-                             "nll_p50": statistics.median(nll) * 1e3, "nll_p99": pct(nll, 99) * 1e3,
+                             "health_p99": (percentile(health, 99) or 0.0) * 1e3,
+                             "nll_p50": statistics.median(nll) * 1e3,
+                             "nll_p99": (percentile(nll, 99) or 0.0) * 1e3,
                              "items_s": args.bulk * args.bulk_items / seconds,
                              "mb_s": megabytes / large_s,
                              "cpu_ms_req": small_cpu / (2 * args.small) * 1e3,
@@ -156,7 +152,7 @@ def client_rounds(bases: dict[str, str], args: argparse.Namespace, driver) -> No
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--small", type=int, default=200, help="requests per latency measurement")
     ap.add_argument("--bulk", type=int, default=4, help="bulk requests per round and path")
@@ -168,15 +164,11 @@ def main() -> int:
 
     import multiprocessing
 
-    from dialscore_server.checkpoints.standins import build_stand_ins
-    from dialscore_server.gateway.args import AppArgs
-    from dialscore_server.gateway.embedded import local_service
-
-    stand_ins = Path(tempfile.gettempdir()) / "dialscore-bench" / "stand-ins"
+    stand_ins = WORK / "stand-ins"
     build_stand_ins(stand_ins)
     app_args = AppArgs.model_validate({
         "stand_ins": str(stand_ins), "request_timeout_s": 600,
-        "models": [{"name": "dialogpt-medium", "serving": {
+        "models": [{"name": NLL_MODEL, "serving": {
             "num_cpus": 1, "num_threads": 1, "max_ongoing_requests": 64}}]})
     with local_service(app_args, num_cpus=4, name="bench-front-door") as service:
         bases = {"door": service.url, "proxy": service.proxy_url}

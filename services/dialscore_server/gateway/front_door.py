@@ -75,7 +75,8 @@ class FrontDoorLimits:
 
     def __post_init__(self) -> None:
         if not (self.header_timeout_s > 0 and math.isfinite(self.header_timeout_s)):
-            raise ValueError(f"header_timeout_s must be a finite number > 0, got {self.header_timeout_s!r}")
+            raise ValueError(f"header_timeout_s must be a finite number > 0, "
+                             f"got {self.header_timeout_s!r}")
         if self.max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {self.max_connections!r}")
 
@@ -352,7 +353,8 @@ class _Connection(asyncio.Protocol):
     # The header deadline.
 
     def _arm(self) -> None:
-        self._deadline = self.door.clock.call_later(self.door.limits.header_timeout_s, self._deadline_passed)
+        self._deadline = self.door.clock.call_later(self.door.limits.header_timeout_s,
+                                                    self._deadline_passed)
 
     def _disarm(self) -> None:
         if self._deadline is not None:

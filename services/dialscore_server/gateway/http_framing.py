@@ -275,7 +275,8 @@ def _framing_fields(fields: list[bytes]) -> tuple[list[bytes], list[bytes]]:
         if not colon:
             continue  # not a field framing depends on; the receiving server judges it
         lowered = name.lower()
-        if lowered.strip(b" \t") in (b"content-length", b"transfer-encoding") and lowered != lowered.strip(b" \t"):
+        stripped = lowered.strip(b" \t")
+        if stripped != lowered and stripped in (b"content-length", b"transfer-encoding"):
             raise _Malformed(f"whitespace around the field name {name.decode('latin-1')!r}")
         if lowered == b"content-length":
             lengths.extend(v.strip(b" \t") for v in value.split(b","))
@@ -286,6 +287,7 @@ def _framing_fields(fields: list[bytes]) -> tuple[list[bytes], list[bytes]]:
 
 def _status(start_line: bytes) -> int:
     parts = start_line.split(b" ", 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or len(parts[1]) != 3 or not parts[1].isdigit():
+    if (len(parts) < 2 or not parts[0].startswith(b"HTTP/") or len(parts[1]) != 3
+            or not parts[1].isdigit()):
         raise _Malformed(f"invalid status line {start_line[:40].decode('latin-1')!r}")
     return int(parts[1])
