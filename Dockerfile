@@ -29,9 +29,9 @@ RUN pip install --no-cache-dir --no-deps ./clients . \
 
 # A numeric user: Kubernetes' runAsNonRoot can verify it (a name cannot be checked).
 USER 1000
-# The model cache: the shared volume the RayService mounts (deployments/kuberay/); the header
-# deadline and connection cap in every node's Serve proxy (gateway/proxy_guard.py).
-ENV HF_HOME=/models/hf \
-    RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=dialscore_server.gateway.proxy_guard:install
+# The model cache: the shared volume the RayService mounts (deployments/kuberay/). Header
+# deadlines and connection caps are the ingress's in front of Serve (deployments/kuberay/
+# front-proxy.yaml), not this image's.
+ENV HF_HOME=/models/hf
 EXPOSE 8000 8080
 CMD ["serve", "run", "deployments/cluster.yaml"]

@@ -6,17 +6,45 @@ import socket
 import time
 
 
-def read_until_closed(sock: socket.socket, seconds: float) -> tuple[bytes, float]:
-    """What the server sends until it closes the connection (or `seconds` pass), and how long
-    that took."""
-    start, answer = time.monotonic(), b""
-    sock.settimeout(0.2)
-    while time.monotonic() - start < seconds:
+class Response:
+    """One HTTP/1.1 response read off a socket: status, headers (names in lower case), body."""
+
+    def __init__(self, status: int, headers: dict[str, str], body: bytes, raw: bytes):
+        self.status, self.headers, self.body, self.raw = status, headers, body, raw
+
+    def json(self):
+        import json
+
+        return json.loads(self.body)
+
+
+def read_response(reader) -> Response:
+    """The next response from `reader` (``sock.makefile("rb")``), framed by its Content-Length (or
+    none: until the connection closes). The socket's timeout guards against a hang."""
+    raw = status_line = reader.readline()
+    assert status_line.startswith(b"HTTP/1.1 "), status_line
+    headers: dict[str, str] = {}
+    while (line := reader.readline()) not in (b"\r\n", b"\n", b""):
+        raw += line
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    length = headers.get("content-length")
+    body = reader.read(int(length)) if length is not None else reader.read()
+    return Response(int(status_line.split()[1]), headers, body, raw + b"\r\n" + body)
+
+
+def rest_until_closed(sock: socket.socket, seconds: float) -> bytes:
+    """What the server still sends before it closes the connection; fails if it has not closed
+    it within `seconds` (a hang guard)."""
+    answer, start = b"", time.monotonic()
+    while True:
+        sock.settimeout(max(0.01, seconds - (time.monotonic() - start)))
         try:
             chunk = sock.recv(65536)
         except TimeoutError:
-            continue
+            raise AssertionError(f"the connection was still open after {seconds:g} s") from None
+        except ConnectionResetError:
+            return answer
         if not chunk:
-            break
+            return answer
         answer += chunk
-    return answer, time.monotonic() - start

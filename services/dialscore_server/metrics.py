@@ -6,7 +6,10 @@
   ``ray_dialscore_*``. Every replica is its own series, so a cluster's totals are sums over
   series (``sum(rate(ray_dialscore_requests_total[1m]))``), correct whatever the number of gateway
   replicas and wherever they run. This is what Prometheus scrapes (deployments/kuberay/
-  podmonitor.yaml) and what the Grafana dashboard (deployments/grafana/) reads.
+  podmonitor.yaml) and what the Grafana dashboard (deployments/grafana/) reads. The embedded
+  default's front door (gateway/front_door.py) runs in the driver, no replica: it records
+  :data:`SLOW_CLIENTS` through ``ray.util.metrics`` to the same agent
+  (:meth:`Metric.record_to_ray_from_this_process`), as a series without replica tags.
 * **This process's own registry** (``prometheus_client``), exported as ``dialscore_*`` by the
   gateway's ``GET /metrics``. It holds only the counts of the gateway replica that answers the
   scrape, so it is the whole story only with one gateway replica (the local default); on a
@@ -49,16 +52,6 @@ def _in_serve_replica() -> bool:
     return True
 
 
-_RAY_WORKER = False
-
-
-def record_to_ray_from_this_worker() -> None:
-    """Record to Ray's metrics from this process although it is no Serve replica (Serve's HTTP
-    proxy, see gateway/proxy_guard.py): series get Ray's node tags, without replica tags."""
-    global _RAY_WORKER
-    _RAY_WORKER = True
-
-
 class Metric:
     """One metric with fixed label names, recorded to this process's registry and, inside a
     Serve replica, to Ray's metrics. ``labels(*values)`` returns a child with ``inc``, ``dec``,
@@ -81,6 +74,7 @@ class Metric:
                                         buckets=self.buckets)
         self._ray: Any = None
         self._ray_checked = False
+        self._outside_replica = False
         self._ray_failed = False
         self._lock = threading.Lock()
         self._gauge_values: dict[tuple[str, ...], float] = {}
@@ -89,14 +83,26 @@ class Metric:
     def ray_name(self) -> str:
         return self.name.removesuffix("_total") if self.kind == "counter" else self.name
 
+    def record_to_ray_from_this_process(self, enabled: bool = True) -> None:
+        """Record this metric to Ray's metrics (``ray.util.metrics``) from this process although
+        it is no Serve replica, or stop (`enabled` False; do so before Ray shuts down). The
+        embedded default's driver does this for :data:`SLOW_CLIENTS`, which its front door
+        counts (gateway/front_door.py): the series reach the node's metrics agent with Ray's own
+        tags and no replica tags."""
+        with self._lock:
+            self._outside_replica = enabled
+            self._ray = None
+            self._ray_checked = False
+
     def _ray_metric(self) -> Any:
-        """Ray's metric, created on first use inside a Serve replica or a process that called
-        :func:`record_to_ray_from_this_worker` (None elsewhere)."""
+        """Ray's metric, created on first use inside a Serve replica, or in a process where
+        :meth:`record_to_ray_from_this_process` enabled it (None elsewhere)."""
         if not self._ray_checked:
             with self._lock:
                 if not self._ray_checked:
-                    if _in_serve_replica() or _RAY_WORKER:
-                        if _in_serve_replica():
+                    in_replica = _in_serve_replica()
+                    if in_replica or self._outside_replica:
+                        if in_replica:
                             from ray.serve import metrics as serve_metrics
                         else:
                             from ray.util import metrics as serve_metrics  # type: ignore[no-redef]
@@ -202,9 +208,10 @@ SLOW_CLIENTS = Metric(
     "counter", "dialscore_slow_clients_total",
     "Clients refused for being slow or too many: `body` = the whole body did not arrive within "
     "body_timeout_s (408, gateway); `headers` = the headers did not arrive within "
-    "DIALSCORE_HEADER_TIMEOUT_S (408, proxy); `idle` = a new connection sent nothing within it "
-    "(closed, proxy); `connections` = a connection beyond DIALSCORE_MAX_CONNECTIONS (503, "
-    "proxy).", ["kind"])
+    "DIALSCORE_HEADER_TIMEOUT_S (408, front door); `idle` = a new connection sent nothing within "
+    "it (closed, front door); `connections` = a connection beyond DIALSCORE_MAX_CONNECTIONS (503, "
+    "front door). The front door is the embedded default's (gateway/front_door.py); on a cluster "
+    "the ingress in front of Serve enforces these and counts them itself.", ["kind"])
 WORK_IN_FLIGHT = Metric(
     "gauge", "dialscore_work_in_flight",
     "Work admitted on a model replica and not yet computed or dropped, in `unit` (pairs).",

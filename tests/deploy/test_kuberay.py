@@ -1,11 +1,13 @@
 """deployments/kuberay/: the RayService validates against our schema of KubeRay v1.7.0's RayService
 (tests/deploy/kuberay_schema.py says how it was derived and why it is not the CRD itself), uses no
 deprecated field, and every Ray pod gets the API-token secret (required), the hub token, the
-shared model volume and the metrics port; the PVC, the PodMonitor and the example secrets fit it."""
+shared model volume and the metrics port; the PVC, the PodMonitor, the example secrets and the
+nginx front proxy (the ingress that enforces header deadlines and a connection cap) fit it."""
 
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import jsonschema
@@ -86,3 +88,70 @@ def test_pvc_secrets_and_podmonitor_match_the_rayservice():
     assert types["key"] == "ray.io/node-type" and set(types["values"]) == {"head", "worker"}
     namespace = manifest()["metadata"]["namespace"]
     assert pvc["metadata"]["namespace"] == namespace == monitor["spec"]["namespaceSelector"]["matchNames"][0]
+
+
+def nginx_directives(conf: str) -> dict[str, list[str]]:
+    """Every simple directive of an nginx config (`name args;`), its arguments as one string per
+    occurrence, comments dropped (enough for the flat config front-proxy.yaml holds)."""
+    found: dict[str, list[str]] = {}
+    for statement in re.findall(r"([a-z_]+)\s+((?:'[^']*'|[^;{}'])*);", re.sub(r"#[^\n]*", "", conf)):
+        found.setdefault(statement[0], []).append(" ".join(statement[1].split()))
+    return found
+
+
+def test_the_front_proxy_enforces_the_front_doors_limits_in_front_of_serve():
+    """front-proxy.yaml: nginx, in front of KubeRay's Serve Service of this RayService, holds the
+    embedded front door's default header deadline and connection cap, answers its own 503 with
+    the service's error body, and passes every body and answer the gateway itself accepts."""
+    from dialscore_server.contract.errors import ErrorResponse
+    from dialscore_server.contract.limits import Limits
+    from dialscore_server.gateway.front_door import FrontDoorLimits
+
+    config, deployment, service = load("front-proxy.yaml")
+    rayservice = manifest()
+    namespace = rayservice["metadata"]["namespace"]
+    assert {d["metadata"]["namespace"] for d in (config, deployment, service)} == {namespace}
+    found = nginx_directives(config["data"]["nginx.conf"])
+    limits = FrontDoorLimits()
+
+    assert found["client_header_timeout"] == [f"{limits.header_timeout_s:g}s"]
+    key, zone = found["limit_conn_zone"][0].split()[:2]
+    assert key == "$server_name" and found["server_name"] and found["server_name"][0] != '""'
+    zone_name = zone.removeprefix("zone=").split(":")[0]
+    assert found["limit_conn"] == [f"{zone_name} {limits.max_connections}"]
+    assert found["limit_conn_status"] == ["503"] and found["error_page"] == ["503 @overloaded"]
+    assert "Retry-After 1 always" in found["add_header"]
+    status, body = found["return"][0].split(" ", 1)
+    error = ErrorResponse.model_validate_json(body.strip("'"))
+    assert status == "503" and error.error.type == "overloaded"
+
+    serve_config = yaml.safe_load(rayservice["spec"]["serveConfigV2"])
+    serve_port = serve_config["http_options"]["port"]
+    assert found["server"] == [
+        f"{rayservice['metadata']['name']}-serve-svc.{namespace}.svc.cluster.local:{serve_port}"]
+    assert found["proxy_pass"] == ["http://dialscore_serve"]
+    args = serve_config["applications"][0]["args"]
+    assert int(found["proxy_read_timeout"][0].removesuffix("s")) > args["request_timeout_s"]
+    max_body = Limits.model_validate(args.get("limits", {})).max_body_bytes
+    assert int(found["client_max_body_size"][0].removesuffix("m")) * 2**20 > max_body
+
+    pod = deployment["spec"]["template"]
+    assert pod["metadata"]["labels"] == deployment["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    (container,) = pod["spec"]["containers"]
+    (port,) = container["ports"]
+    assert found["listen"] == [str(port["containerPort"])]
+    assert service["spec"]["ports"][0]["targetPort"] == port["name"]
+    (mount,) = container["volumeMounts"]
+    (volume,) = pod["spec"]["volumes"]
+    assert mount["mountPath"] == "/etc/nginx/nginx.conf" and mount["subPath"] == "nginx.conf"
+    assert volume["configMap"]["name"] == config["metadata"]["name"] and mount["name"] == volume["name"]
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_nothing_patches_serves_proxy():
+    """No image or manifest installs code into Serve's proxy (it has no front door; the ingress
+    enforces the limits)."""
+    root = KUBERAY.parents[1]
+    for path in [root / "Dockerfile", *sorted((root / "deployments").rglob("*.yaml"))]:
+        text = path.read_text()
+        assert "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH" not in text and "proxy_guard" not in text, path

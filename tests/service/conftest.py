@@ -11,21 +11,21 @@ from __future__ import annotations
 
 import pytest
 
-from serve_apps import ONE_THREAD, Served, app_args, deploy_app, wait_ready
+from serve_apps import HEADER_TIMEOUT_S, ONE_THREAD, Served, app_args, deploy_app, wait_ready
 
 
 @pytest.fixture(scope="session")
 def served(stand_ins, sharp_stand_ins):
-    """Start Ray and the shared Serve app once per session on a free loopback port. The proxy's
-    header deadline is 3 s (default 10) so that test_slow_clients sees it soon; no other test
-    opens a connection and waits that long before its headers are complete."""
+    """Start Ray and the shared Serve app once per session on a free loopback port, behind the
+    front door. Its header deadline is HEADER_TIMEOUT_S (default 10) so that test_slow_clients
+    sees it soon; no other test opens a connection and waits that long before its headers are
+    complete."""
     import os
     from pathlib import Path
 
     from dialscore_server.gateway.embedded import serve_locally
-    from dialscore_server.gateway.proxy_guard import HEADER_TIMEOUT_VARIABLE
+    from dialscore_server.gateway.front_door import FrontDoorLimits
 
-    os.environ.setdefault(HEADER_TIMEOUT_VARIABLE, "3")
     # Replica metrics reach the node's agent every second (Ray's default: 10 s), so a test
     # reads a replica's counts promptly; and replicas can import the test fakes
     # (gated_engines.py, fake_api.py) that some test apps serve.
@@ -44,7 +44,7 @@ def served(stand_ins, sharp_stand_ins):
         {"name": "roberta-large-mnli", "overrides": {"source": str(sharp["nli-contradiction-first"])},
          "serving": ONE_THREAD},
     ])
-    with serve_locally(args, num_cpus=4) as url:
+    with serve_locally(args, num_cpus=4, limits=FrontDoorLimits(header_timeout_s=HEADER_TIMEOUT_S)) as url:
         wait_ready(url)
         yield Served(url, args)
 

@@ -12,6 +12,9 @@ from typing import Any
 import httpx
 
 
+#: The header deadline of the session's front door (conftest.py's `served`), in seconds.
+HEADER_TIMEOUT_S = 3.0
+
 #: One torch thread and a fifth of a CPU per replica: many replicas share 2 cores.
 ONE_THREAD = {"num_cpus": 0.2, "num_threads": 1}
 

@@ -1,7 +1,8 @@
-"""The embedded default: run the application on a local Ray instance, on a free loopback port.
+"""The embedded default: run the application on a local Ray instance, behind the front door
+(gateway/front_door.py), on a free loopback port or the one asked for.
 
-Used by `dialscore demo`, the load tests, the benchmarks and the test fixture, so all of them start
-the service the same way (and `HF_HUB_OFFLINE` reaches the replicas).
+Used by `dialscore serve`, `dialscore demo`, the load tests, the benchmarks and the test fixture,
+so all of them start the service the same way (and `HF_HUB_OFFLINE` reaches the replicas).
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib.resources import files
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
 from dialscore_server.gateway.args import AppArgs
+from dialscore_server.gateway.front_door import FrontDoorLimits
 
 #: The embedded default's Serve config (deployments/local.yaml, shipped inside the package).
 LOCAL_CONFIG = Path(str(files("dialscore_server.deployments") / "local.yaml"))
@@ -34,11 +37,37 @@ def app_args_from_yaml(path: str | Path = LOCAL_CONFIG) -> AppArgs:
     return AppArgs.model_validate(raw)
 
 
+class LocalService(NamedTuple):
+    """The embedded default's two addresses: `url`, the front door's (what clients use), and
+    `proxy_url`, Serve's HTTP proxy's behind it (loopback only; for measuring the front door)."""
+
+    url: str
+    proxy_url: str
+
+
 @contextmanager
 def serve_locally(args: AppArgs, *, num_cpus: int | None = None, name: str = "dialscore",
-                  host: str = "127.0.0.1", port: int | None = None) -> Iterator[str]:
-    """Start Ray and the app on `host`:`port` (default 127.0.0.1 and a free port); yield its base
-    URL (http://HOST:PORT); shut both down after.
+                  host: str = "127.0.0.1", port: int | None = None,
+                  limits: FrontDoorLimits | None = None) -> Iterator[str]:
+    """Start Ray and the app; yield its base URL (http://HOST:PORT, default 127.0.0.1 and a free
+    port); shut both down after. As :func:`local_service`, which says more."""
+    with local_service(args, num_cpus=num_cpus, name=name, host=host, port=port,
+                       limits=limits) as service:
+        yield service.url
+
+
+@contextmanager
+def local_service(args: AppArgs, *, num_cpus: int | None = None, name: str = "dialscore",
+                  host: str = "127.0.0.1", port: int | None = None,
+                  limits: FrontDoorLimits | None = None) -> Iterator[LocalService]:
+    """Start Ray and the app; yield its addresses; shut both down after.
+
+    HOST:PORT (default 127.0.0.1 and a free port) is the front door's (gateway/front_door.py),
+    with `limits` (default: from ``DIALSCORE_HEADER_TIMEOUT_S`` and
+    ``DIALSCORE_MAX_CONNECTIONS``, read before Ray starts, so a bad value fails at once). Serve's
+    HTTP proxy listens on another free port of 127.0.0.1, for the front door. The front door
+    runs in this process, which records its counts to Ray's metrics agent as well as to its own
+    registry (metrics.py).
 
     The replicas import the same code as this process: the folders that hold the imported
     `dialscore_server` and `dialscore` packages go first on their PYTHONPATH, so a benchmark run
@@ -51,22 +80,25 @@ def serve_locally(args: AppArgs, *, num_cpus: int | None = None, name: str = "di
     from ray import serve
 
     import dialscore_server
+    from dialscore_server import metrics
     from dialscore_server.gateway.build import build_app
-    from dialscore_server.gateway.proxy_guard import proxy_environment
+    from dialscore_server.gateway.front_door import front_door_thread
 
+    limits = limits or FrontDoorLimits.from_environment()
     port = port or free_port()
-    # Serve's proxies inherit this from the raylet this call starts (gateway/proxy_guard.py).
-    for key, value in proxy_environment().items():
-        os.environ.setdefault(key, value)
+    proxy_port = free_port()
     roots = [str(Path(pkg.__file__).resolve().parents[1]) for pkg in (dialscore_server, dialscore)]
     pythonpath = os.pathsep.join(p for p in (*roots, os.environ.get("PYTHONPATH")) if p)
     ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                                        "PYTHONPATH": pythonpath}})
     try:
-        serve.start(http_options={"host": host, "port": port})
-        serve.run(build_app(args), name=name, route_prefix="/")
-        yield f"http://{host}:{port}"
+        serve.start(http_options={"host": "127.0.0.1", "port": proxy_port})
+        metrics.SLOW_CLIENTS.record_to_ray_from_this_process()
+        with front_door_thread(("127.0.0.1", proxy_port), host, port, limits):
+            serve.run(build_app(args), name=name, route_prefix="/")
+            yield LocalService(f"http://{host}:{port}", f"http://127.0.0.1:{proxy_port}")
     finally:
+        metrics.SLOW_CLIENTS.record_to_ray_from_this_process(False)
         serve.shutdown()
         ray.shutdown()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from http import HTTPStatus
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -38,6 +39,17 @@ def error_response(err: ServiceError) -> JSONResponse:
         # model replicas drop a cancelled request's remaining work: re-sending does not double it.
         headers["x-work-dropped"] = "true"
     return JSONResponse(err.body(), status_code=err.status, headers=headers)
+
+
+def error_response_bytes(err: ServiceError) -> bytes:
+    """:func:`error_response` as raw HTTP/1.1 bytes that also close the connection
+    (``connection: close``), for code that answers on a socket rather than through ASGI (the
+    embedded default's front door, gateway/front_door.py)."""
+    response = error_response(err)
+    head = b"".join(name + b": " + value + b"\r\n" for name, value in response.raw_headers)
+    return (b"HTTP/1.1 %d %s\r\n%sconnection: close\r\n\r\n"
+            % (response.status_code, HTTPStatus(response.status_code).phrase.encode(), head)
+            + bytes(response.body))
 
 
 def from_validation(exc: RequestValidationError) -> ServiceError:

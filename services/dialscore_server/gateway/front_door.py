@@ -1,0 +1,448 @@
+"""The embedded default's front door: a TCP server on the public address that relays every
+connection, byte for byte, to Serve's HTTP proxy on a private loopback port, and enforces the two
+slow-client limits that Serve's proxy cannot be configured with.
+
+On a cluster there is no front door: an ingress in front of Serve enforces the same limits
+(deployments/kuberay/front-proxy.yaml). Locally there is no ingress, so :func:`serve_locally`
+(gateway/embedded.py) puts this in front of Serve's proxy.
+
+The limits (:class:`FrontDoorLimits`; ``DIALSCORE_HEADER_TIMEOUT_S`` and
+``DIALSCORE_MAX_CONNECTIONS`` in :meth:`FrontDoorLimits.from_environment`):
+
+* **Header deadline** (`header_timeout_s`, default 10). A request's head must be complete within
+  this many seconds of the connection's opening (its first request) or of the request's first
+  byte (a later request on a kept-alive connection; empty lines before a request do not count as
+  its first byte). A request begun and not complete in time is answered **408** ``timeout``
+  (param ``headers``; ``x-work-dropped: true``, as every 408 of the service: nothing was
+  computed), after the answers to the requests before it on the connection, and the connection
+  is closed. A connection that sent nothing in that time is closed without an answer. A
+  kept-alive connection with no request begun has no deadline here: Serve's proxy closes it
+  after its keep-alive timeout, and the front door then closes the client's side.
+* **Connection cap** (`max_connections`, default 1024). A connection opened while that many
+  client connections are open to the front door (refused ones included, until they close) is
+  never relayed: its first request, once its head is complete, is answered **503**
+  ``overloaded`` with ``Retry-After: 1``, and the connection is closed. Connections opened before
+  are served as usual.
+
+Each refusal is counted in ``dialscore_slow_clients_total{kind="headers"|"idle"|"connections"}``
+(metrics.py). Answers are built by the gateway's one error mapping (gateway/http_errors.py). After
+an answer the front door stops sending (a FIN), reads and discards what the client still sends
+for at most `linger_s`, then closes, so that the client reads the answer rather than a reset.
+
+Requests are followed with gateway/http_framing.py (heads, Content-Length, chunked bodies,
+pipelining); so are responses, to know which requests are answered. Bytes are relayed unchanged
+as they arrive, in both directions, with back-pressure: a side whose send buffer is full stops
+the other side's reading. Framing the front door cannot follow (``malformed``) is relayed all
+the same, for Serve's proxy to answer; the connection is then relayed without limits until it
+closes. After a 101 (an upgrade) the connection is relayed as a tunnel. Either side closing
+closes the other (a client's half-close is passed on as a half-close).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from dialscore_server.contract.errors import ServiceError
+from dialscore_server.gateway.http_errors import error_response_bytes
+from dialscore_server.gateway.http_framing import MessageFraming
+
+logger = logging.getLogger("dialscore.front_door")
+
+HEADER_TIMEOUT_VARIABLE = "DIALSCORE_HEADER_TIMEOUT_S"
+MAX_CONNECTIONS_VARIABLE = "DIALSCORE_MAX_CONNECTIONS"
+
+Refusal = Literal["headers", "idle", "connections"]
+
+#: Client bytes held while the connection to Serve's proxy is being opened; beyond this the
+#: client's reading pauses until it is open.
+_HELD_BEFORE_CONNECT = 256 * 1024
+
+
+@dataclass(frozen=True)
+class FrontDoorLimits:
+    """The front door's limits (see the module docstring)."""
+
+    header_timeout_s: float = 10.0
+    max_connections: int = 1024
+
+    def __post_init__(self) -> None:
+        if not (self.header_timeout_s > 0 and math.isfinite(self.header_timeout_s)):
+            raise ValueError(f"header_timeout_s must be a finite number > 0, "
+                             f"got {self.header_timeout_s!r}")
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {self.max_connections!r}")
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] = os.environ) -> FrontDoorLimits:
+        """The limits ``DIALSCORE_HEADER_TIMEOUT_S`` and ``DIALSCORE_MAX_CONNECTIONS`` set (each
+        unset or empty one at its default). A value that is not a number, or out of range, is a
+        ValueError naming the variable."""
+        values: dict[str, float | int] = {}
+        for variable, field, kind in ((HEADER_TIMEOUT_VARIABLE, "header_timeout_s", float),
+                                      (MAX_CONNECTIONS_VARIABLE, "max_connections", int)):
+            raw = environ.get(variable, "").strip()
+            if not raw:
+                continue
+            try:
+                values[field] = kind(raw)
+                cls(**{field: values[field]})  # type: ignore[arg-type]
+            except ValueError as exc:
+                wanted = "an integer" if kind is int else "a number"
+                reason = str(exc) if field in str(exc) else f"not {wanted}"
+                raise ValueError(f"{variable}={raw!r}: {reason}") from None
+        return cls(**values)  # type: ignore[arg-type]
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    """What the header deadlines are timed by: ``call_later(delay, callback)`` runs `callback` on
+    the front door's event loop once `delay` seconds have passed, unless the returned timer is
+    cancelled first. The event loop itself is one (the default)."""
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer: ...
+
+
+def count_refusal(kind: Refusal) -> None:
+    """Count a refusal in ``dialscore_slow_clients_total`` (metrics.py)."""
+    from dialscore_server import metrics
+
+    metrics.SLOW_CLIENTS.labels(kind).inc()
+
+
+class FrontDoor:
+    """The front door (see the module docstring), relaying to `upstream` (host, port).
+
+    Use :meth:`start` and :meth:`close` on one event loop, or :func:`front_door_thread`. `clock`
+    times the header deadlines (default: the event loop); `on_refusal` is called with each
+    refusal's kind before the client learns of it (default: :func:`count_refusal`)."""
+
+    def __init__(self, upstream: tuple[str, int], limits: FrontDoorLimits = FrontDoorLimits(), *,
+                 clock: Clock | None = None, on_refusal: Callable[[Refusal], None] = count_refusal,
+                 linger_s: float = 2.0):
+        self.upstream = upstream
+        self.limits = limits
+        self.linger_s = linger_s
+        self.on_refusal = on_refusal
+        self._clock = clock
+        self._server: asyncio.Server | None = None
+        self._open: set[_Connection] = set()
+
+    @property
+    def clock(self) -> Clock:
+        """What times the header deadlines (call on the front door's loop)."""
+        return self._clock or asyncio.get_running_loop()
+
+    @property
+    def port(self) -> int:
+        """The port the front door listens on (after :meth:`start`)."""
+        assert self._server is not None, "not started"
+        return self._server.sockets[0].getsockname()[1]
+
+    @property
+    def open_connections(self) -> int:
+        """Client connections open now, refused ones included."""
+        return len(self._open)
+
+    async def start(self, host: str, port: int) -> None:
+        """Listen on `host`:`port` (0: a free port, see :attr:`port`) and serve."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Connection(self), host, port)
+
+    async def close(self) -> None:
+        """Stop listening and close every open connection at once."""
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self._open):
+            connection.abort()
+        await asyncio.sleep(0)  # their connection_lost callbacks run
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+class _Upstream(asyncio.Protocol):
+    """The connection to Serve's proxy, on behalf of one client connection."""
+
+    def __init__(self, connection: _Connection):
+        self.connection = connection
+
+    def data_received(self, data: bytes) -> None:
+        self.connection.from_upstream(data)
+
+    def eof_received(self) -> bool:
+        return False  # close: the connection's end is handled in connection_lost
+
+    def pause_writing(self) -> None:
+        self.connection.pause_client("upstream-full")
+
+    def resume_writing(self) -> None:
+        self.connection.resume_client("upstream-full")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connection.upstream_lost()
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection and, unless it is over the cap, its connection to Serve's proxy."""
+
+    def __init__(self, door: FrontDoor):
+        self.door = door
+        self.client: asyncio.Transport | None = None
+        self.upstream: asyncio.Transport | None = None
+        self.requests = MessageFraming("request")
+        self.responses = MessageFraming("response")
+        self.over_cap = False
+        self.request_begun = False  # bytes of a request whose head is not complete
+        self.heads = 0  # requests whose head is complete
+        self.answered = 0  # final responses complete
+        self.late = False  # the header deadline passed: a 408 is owed
+        self.finished = False  # answered or closed: nothing more is relayed
+        self._deadline: Timer | None = None
+        self._linger: asyncio.TimerHandle | None = None
+        self._held: list[bytes] = []  # client bytes for Serve's proxy, before it is connected
+        self._held_size = 0
+        self._client_eof = False
+        self._client_pauses: set[str] = set()
+        self._upstream_paused = False
+        self._connect: asyncio.Task[None] | None = None
+
+    # Client side (asyncio.Protocol).
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.client = transport
+        self.door._open.add(self)
+        self.over_cap = len(self.door._open) > self.door.limits.max_connections
+        self._arm()
+        if not self.over_cap:
+            self._connect = asyncio.get_running_loop().create_task(self._open_upstream())
+
+    def data_received(self, data: bytes) -> None:
+        if self.finished:
+            return  # lingering after an answer: discarded
+        for event in self.requests.feed(data) if self.requests.tracking else ():
+            if event.kind == "begin":
+                self.request_begun = True
+                if self._deadline is None:
+                    self._arm()
+            elif event.kind == "head":
+                self._disarm()
+                self.request_begun = False
+                self.heads += 1
+                self.responses.expect_response_to(event.method)
+            elif event.kind == "malformed":
+                self._disarm()
+                self.request_begun = False
+            if self.over_cap and event.kind in ("head", "malformed"):
+                self._refuse("connections", ServiceError(
+                    "overloaded", f"too many open connections (more than "
+                    f"{self.door.limits.max_connections}); retry later", retry_after=1))
+                return
+        if self.over_cap:
+            return
+        if self.upstream is not None:
+            self.upstream.write(data)
+        else:
+            self._held.append(data)
+            self._held_size += len(data)
+            if self._held_size > _HELD_BEFORE_CONNECT:
+                self.pause_client("connecting")
+
+    def eof_received(self) -> bool:
+        self._client_eof = True
+        self._disarm()
+        if self.finished or self.over_cap:
+            return False
+        if self.upstream is not None and self.upstream.can_write_eof():
+            self.upstream.write_eof()
+        return True  # keep sending Serve's answers until it closes
+
+    def pause_writing(self) -> None:
+        if self.upstream is not None and not self._upstream_paused:
+            self._upstream_paused = True
+            self.upstream.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.upstream is not None and self._upstream_paused:
+            self._upstream_paused = False
+            self.upstream.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.door._open.discard(self)
+        self.finished = True
+        self._disarm()
+        if self._linger is not None:
+            self._linger.cancel()
+        if self._connect is not None and not self._connect.done():
+            self._connect.cancel()
+        if self.upstream is not None:
+            self.upstream.close()
+
+    # Upstream side.
+
+    async def _open_upstream(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            transport, _ = await loop.create_connection(lambda: _Upstream(self), *self.door.upstream)
+        except OSError as exc:
+            logger.warning("front door: cannot reach Serve's proxy at %s:%d (%s); closing the "
+                           "client's connection", *self.door.upstream, exc)
+            self.abort()
+            return
+        if self.finished:
+            transport.close()
+            return
+        assert isinstance(transport, asyncio.Transport)
+        self.upstream = transport
+        transport.writelines(self._held)
+        self._held.clear()
+        self._held_size = 0
+        self.resume_client("connecting")
+        if self._client_eof and transport.can_write_eof():
+            transport.write_eof()
+
+    def from_upstream(self, data: bytes) -> None:
+        if self.finished or self.client is None:
+            return
+        for event in self.responses.feed(data) if self.responses.tracking else ():
+            if event.kind == "end":
+                self.answered += 1
+            elif event.kind == "head" and not self.responses.tracking:
+                # A 101 (or a CONNECT's 2xx): the connection is a tunnel from here on.
+                self.requests.stop()
+                self._disarm()
+                self.request_begun = False
+        self.client.write(data)
+        if self.late:
+            self._answer_late()
+
+    def upstream_lost(self) -> None:
+        self.upstream = None
+        if self.finished:
+            return
+        self.answered += sum(1 for e in self.responses.finish() if e.kind == "end")
+        if self.late:
+            self._answer_late()
+        if not self.finished:
+            self._finish()
+
+    # Flow control.
+
+    def pause_client(self, reason: str) -> None:
+        if not self._client_pauses and self.client is not None:
+            self.client.pause_reading()
+        self._client_pauses.add(reason)
+
+    def resume_client(self, reason: str) -> None:
+        if reason not in self._client_pauses:
+            return
+        self._client_pauses.discard(reason)
+        if not self._client_pauses and self.client is not None:
+            self.client.resume_reading()
+
+    # The header deadline.
+
+    def _arm(self) -> None:
+        self._deadline = self.door.clock.call_later(self.door.limits.header_timeout_s,
+                                                    self._deadline_passed)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _deadline_passed(self) -> None:
+        self._deadline = None
+        if self.finished:
+            return
+        if not self.request_begun:  # a connection that never sent a byte
+            self.door.on_refusal("idle")
+            self.abort()
+            return
+        self.door.on_refusal("headers")
+        self.late = True
+        self.pause_client("late")
+        self._answer_late()
+
+    def _answer_late(self) -> None:
+        """Answer the late request with its 408 once every request before it is answered (at
+        once when Serve's proxy has closed); close without an answer when responses can no
+        longer be followed."""
+        if self.heads > self.answered:
+            if self.upstream is not None and self.responses.tracking:
+                return  # the answers before it are still coming
+            self.abort()  # they will not come, or cannot be told apart from the 408
+            return
+        self._refuse(None, ServiceError(
+            "timeout", f"the request headers did not arrive within "
+            f"{self.door.limits.header_timeout_s:g} s", "headers"))
+
+    # Ending.
+
+    def _refuse(self, kind: Refusal | None, error: ServiceError) -> None:
+        """Answer `error`, counted as `kind` (None: already counted), and close."""
+        if kind is not None:
+            self.door.on_refusal(kind)
+        assert self.client is not None
+        self.client.write(error_response_bytes(error))
+        self._finish()
+
+    def _finish(self) -> None:
+        """Close Serve's side, send the client what is buffered and a FIN, and close after the
+        client closes or `linger_s`, discarding what it still sends."""
+        self.finished = True
+        self._disarm()
+        if self.upstream is not None:
+            self.upstream.close()
+        if self.client is None or self.client.is_closing():
+            return
+        if self._client_eof or not self.client.can_write_eof():
+            self.client.close()
+            return
+        self.client.write_eof()
+        self._client_pauses.clear()
+        self.client.resume_reading()
+        self._linger = asyncio.get_running_loop().call_later(self.door.linger_s, self.client.close)
+
+    def abort(self) -> None:
+        """Close both sides at once, without an answer."""
+        self.finished = True
+        self._disarm()
+        if self._connect is not None and not self._connect.done():
+            self._connect.cancel()
+        if self.upstream is not None:
+            self.upstream.close()
+        if self.client is not None:
+            self.client.close()
+
+
+@contextmanager
+def front_door_thread(upstream: tuple[str, int], host: str, port: int,
+                      limits: FrontDoorLimits = FrontDoorLimits()) -> Iterator[FrontDoor]:
+    """Run a :class:`FrontDoor` on `host`:`port` on an event loop of its own, in a daemon
+    thread; yield it once it listens (a bind error is raised here); close it and end the thread
+    on exit."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="dialscore-front-door", daemon=True)
+    thread.start()
+    door = FrontDoor(upstream, limits)
+    try:
+        asyncio.run_coroutine_threadsafe(door.start(host, port), loop).result()
+        yield door
+    finally:
+        try:
+            asyncio.run_coroutine_threadsafe(door.close(), loop).result(timeout=30)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(30)
+            loop.close()

@@ -1,0 +1,248 @@
+"""The front door (gateway/front_door.py) on loopback, without Ray, in front of a plain HTTP/1.1
+upstream (front_door_kit.py). Its clock is a :class:`ManualClock`: a header deadline passes when a
+test advances it, never because the machine was slow, and a test waits for the upstream to have
+received bytes (or for a timer to be armed) rather than sleeping. Through the real app:
+tests/service/test_slow_clients.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from dialscore_server import metrics
+from dialscore_server.gateway.front_door import FrontDoor, FrontDoorLimits
+from front_door_kit import HANG_S, LoopThread, ManualClock, RecordingUpstream
+from raw_socket import read_response, rest_until_closed
+
+DEADLINE_S = 10.0
+CAP = 2
+
+
+@dataclass
+class Setup:
+    door: FrontDoor
+    clock: ManualClock
+    upstream: RecordingUpstream
+
+    def connect(self) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.door.port), timeout=HANG_S)
+
+    def wait_open(self, count: int) -> None:
+        """Wait until the front door has seen exactly `count` client connections open."""
+        import time
+
+        deadline = time.monotonic() + HANG_S
+        while self.door.open_connections != count:
+            assert time.monotonic() < deadline, self.door.open_connections
+            time.sleep(0.01)
+
+
+@pytest.fixture()
+def setup() -> Iterator[Setup]:
+    with LoopThread().running() as thread:
+        upstream = RecordingUpstream()
+        thread.run(upstream.start())
+        clock = ManualClock()
+        door = FrontDoor(("127.0.0.1", upstream.port),
+                         FrontDoorLimits(header_timeout_s=DEADLINE_S, max_connections=CAP),
+                         clock=clock, linger_s=HANG_S)
+        thread.run(door.start("127.0.0.1", 0))
+        try:
+            yield Setup(door, clock, upstream)
+        finally:
+            thread.run(door.close())
+            thread.run(upstream.close())
+
+
+def count(kind: str) -> float:
+    return metrics.REGISTRY.get_sample_value("dialscore_slow_clients_total", {"kind": kind}) or 0.0
+
+
+def get(target: str) -> bytes:
+    return f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+
+
+def described(response) -> dict:
+    assert response.status == 200, response.raw[:300]
+    return response.json()
+
+
+def test_kept_alive_and_pipelined_requests_are_relayed_with_their_bodies(setup):
+    with setup.connect() as sock, sock.makefile("rb") as reader:
+        sock.sendall(get("/one"))
+        assert described(read_response(reader))["target"] == "/one"
+        sock.sendall(get("/two")
+                     + b"POST /three HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+                     + b"POST /four HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     + b"3;ext=1\r\nhel\r\n2\r\nlo\r\n0\r\nX-Trailer: t\r\n\r\n"
+                     + get("/five"))
+        answers = [described(read_response(reader)) for _ in range(4)]
+    assert [a["target"] for a in answers] == ["/two", "/three", "/four", "/five"]
+    hello = hashlib.sha256(b"hello").hexdigest()
+    assert [(a["bytes"], a["sha256"]) for a in answers[1:3]] == [(5, hello), (5, hello)]
+    assert len(setup.upstream.received()) == 1  # one upstream connection for all of them
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_an_8_mb_body_is_relayed_intact(setup, chunked):
+    body = hashlib.sha256(b"seed").digest() * 250_000  # 8,000,000 bytes
+    with setup.connect() as sock, sock.makefile("rb") as reader:
+        if chunked:
+            sock.sendall(b"POST /big HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for i in range(0, len(body), 65536):
+                piece = body[i:i + 65536]
+                sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+            sock.sendall(b"0\r\n\r\n")
+        else:
+            sock.sendall(b"POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        answer = described(read_response(reader))
+        sock.sendall(get("/after"))  # the connection is still in step
+        assert described(read_response(reader))["target"] == "/after"
+    assert answer["bytes"] == len(body) and answer["sha256"] == hashlib.sha256(body).hexdigest()
+
+
+def test_the_upstream_closing_closes_the_clients_connection(setup):
+    with setup.connect() as sock, sock.makefile("rb") as reader:
+        sock.sendall(get("/close"))
+        assert described(read_response(reader))["target"] == "/close"
+        assert rest_until_closed(sock, HANG_S) == b""
+
+
+def test_malformed_framing_is_answered_by_the_upstream(setup):
+    with setup.connect() as sock, sock.makefile("rb") as reader:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\nhello")
+        answer = read_response(reader)
+        assert answer.status == 400 and answer.body == b"" and "x-error-type" not in answer.headers
+        assert rest_until_closed(sock, HANG_S) == b""
+
+
+def test_late_headers_of_a_first_request_get_a_408_and_are_counted(setup):
+    before = count("headers")
+    partial = b"POST /v1/nll HTTP/1.1\r\nHost: x\r\nContent-Le"
+    with setup.connect() as sock, sock.makefile("rb") as reader:
+        sock.sendall(partial)
+        setup.upstream.wait_for(lambda u: u.received() == [partial])  # relayed, so begun
+        setup.clock.advance(DEADLINE_S)
+        answer = read_response(reader)
+        assert rest_until_closed(sock, HANG_S) == b""
+    assert answer.status == 408, answer.raw
+    assert answer.json()["error"] == {
+        "type": "timeout", "param": "headers",
+        "message": f"the request headers did not arrive within {DEADLINE_S:g} s"}
+    assert answer.headers["x-error-type"] == "timeout" and answer.headers["x-work-dropped"] == "true"
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.headers["connection"] == "close"
+    assert count("headers") == before + 1
+
+
+def test_a_connection_that_sends_nothing_is_closed_without_an_answer(setup):
+    before = count("idle")
+    with setup.connect() as sock:
+        setup.clock.wait_until_armed(1)
+        setup.clock.advance(DEADLINE_S)
+        assert rest_until_closed(sock, HANG_S) == b""
+    assert count("idle") == before + 1
+
+
+def test_a_head_complete_before_the_deadline_is_served_and_a_kept_alive_connection_has_none(setup):
+    before = count("headers") + count("idle")
+    with setup.connect() as sock, sock.makefile("rb") as reader:
+        setup.clock.wait_until_armed(1)
+        setup.clock.advance(DEADLINE_S * 0.99)
+        sock.sendall(get("/in-time"))
+        assert described(read_response(reader))["target"] == "/in-time"
+        sock.sendall(b"POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"4\r\nGET \r\n0\r\nX-Trailer: t\r\n\r\n"
+                     b"POST /sized HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nGET ")
+        assert [described(read_response(reader))["target"] for _ in range(2)] == ["/chunked", "/sized"]
+        assert setup.clock.armed() == 0  # body bytes did not begin a request
+        setup.clock.advance(DEADLINE_S * 100)  # idle between requests: no deadline
+        sock.sendall(get("/much-later"))
+        assert described(read_response(reader))["target"] == "/much-later"
+    assert count("headers") + count("idle") == before
+
+
+def test_a_later_request_has_the_deadline_from_its_first_byte(setup):
+    before = count("headers")
+    with setup.connect() as sock, sock.makefile("rb") as reader:
+        sock.sendall(b"POST /first HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"2\r\nhi\r\n0\r\n\r\n")
+        described(read_response(reader))  # its body's end is not taken for a request's
+        setup.clock.advance(DEADLINE_S * 100)
+        sock.sendall(b"GET /second HTTP/1.1\r\n")
+        setup.clock.wait_until_armed(1)  # armed by the first byte
+        setup.clock.advance(DEADLINE_S * 0.99)
+        sock.sendall(b"Host: x\r\n\r\n")
+        assert described(read_response(reader))["target"] == "/second"
+        sock.sendall(b"GET /third HTTP/1.1\r\n")
+        setup.clock.wait_until_armed(1)
+        setup.clock.advance(DEADLINE_S)
+        answer = read_response(reader)
+        assert answer.status == 408 and answer.json()["error"]["param"] == "headers"
+        assert rest_until_closed(sock, HANG_S) == b""
+    assert count("headers") == before + 1
+
+
+def test_a_late_pipelined_request_gets_its_408_after_the_answers_before_it(setup):
+    sent = get("/hold") + b"GET /late HTTP/1.1\r\nHost: x\r\n"
+    with setup.connect() as sock, sock.makefile("rb") as reader:
+        sock.sendall(sent)
+        setup.upstream.wait_for(lambda u: u.received() == [sent] and u.holding() == 1)
+        setup.clock.advance(DEADLINE_S)  # the late request's deadline passes while /hold waits
+        setup.upstream.release()
+        first, second = read_response(reader), read_response(reader)
+        assert rest_until_closed(sock, HANG_S) == b""
+    assert described(first)["target"] == "/hold"
+    assert second.status == 408 and second.json()["error"]["param"] == "headers"
+
+
+def test_connections_beyond_the_cap_get_a_503_and_earlier_ones_are_served(setup):
+    before = count("connections")
+    with setup.connect() as a, a.makefile("rb") as ra, setup.connect() as b, b.makefile("rb") as rb:
+        setup.wait_open(CAP)
+        with setup.connect() as c, c.makefile("rb") as rc:
+            setup.wait_open(CAP + 1)
+            c.sendall(b"POST /v1/nll HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+            answer = read_response(rc)
+            assert rest_until_closed(c, HANG_S) == b""
+        assert answer.status == 503, answer.raw
+        assert answer.headers["retry-after"] == "1" and answer.headers["x-error-type"] == "overloaded"
+        assert answer.json()["error"]["type"] == "overloaded"
+        for sock, reader in ((a, ra), (b, rb)):
+            sock.sendall(get("/admitted"))
+            assert described(read_response(reader))["target"] == "/admitted"
+        assert len(setup.upstream.received()) == CAP  # the refused one never reached it
+    assert count("connections") == before + 1
+    setup.wait_open(0)
+    with setup.connect() as d, d.makefile("rb") as rd:
+        d.sendall(get("/room-again"))
+        assert described(read_response(rd))["target"] == "/room-again"
+
+
+def test_limits_from_the_environment_name_the_variable_at_fault():
+    assert FrontDoorLimits.from_environment({}) == FrontDoorLimits(10.0, 1024)
+    assert FrontDoorLimits.from_environment(
+        {"DIALSCORE_HEADER_TIMEOUT_S": "2.5", "DIALSCORE_MAX_CONNECTIONS": "7"}) == FrontDoorLimits(2.5, 7)
+    for env, variable in (({"DIALSCORE_HEADER_TIMEOUT_S": "soon"}, "DIALSCORE_HEADER_TIMEOUT_S"),
+                          ({"DIALSCORE_HEADER_TIMEOUT_S": "0"}, "DIALSCORE_HEADER_TIMEOUT_S"),
+                          ({"DIALSCORE_MAX_CONNECTIONS": "1.5"}, "DIALSCORE_MAX_CONNECTIONS"),
+                          ({"DIALSCORE_MAX_CONNECTIONS": "0"}, "DIALSCORE_MAX_CONNECTIONS")):
+        with pytest.raises(ValueError, match=variable):
+            FrontDoorLimits.from_environment(env)
+
+
+def test_the_408_is_the_gateways_own_error_response():
+    from dialscore_server.contract.errors import ServiceError
+    from dialscore_server.gateway.http_errors import error_response, error_response_bytes
+
+    err = ServiceError("overloaded", "busy", retry_after=1)
+    raw = error_response_bytes(err)
+    head, body = raw.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+    assert body == error_response(err).body and json.loads(body)["error"]["type"] == "overloaded"
+    assert b"\r\nretry-after: 1" in head.lower() and head.endswith(b"connection: close")
