@@ -62,7 +62,7 @@ SAFE = 0.99
 def matmul_speeds(reps: int) -> list[tuple[str, float]]:
     import torch
 
-    from dialscore_server.nll.engine.kernels import onednn_linear_available
+    from dialscore_server.compat import onednn_linear, onednn_linear_available
 
     def best(fn):
         fn()
@@ -86,7 +86,7 @@ def matmul_speeds(reps: int) -> list[tuple[str, float]]:
         if onednn_linear_available():
             z = torch.zeros(n)
             fns["float32 oneDNN linear"] = (
-                lambda: torch.ops.mkldnn._linear_pointwise(a32, b32, z, "none", [], ""))
+                lambda: onednn_linear(a32, b32, z))
         for _ in range(3):
             for name, fn in fns.items():
                 runs[name].append(best(fn))
@@ -108,15 +108,15 @@ def int8_kernel_speeds(reps: int) -> list[tuple[str, float]]:
     import torch
 
     from dialscore_server.checkpoints.quantize import int8_linear_class
+    from dialscore_server.compat import onednn_linear
 
     m_tok, width = 1024, 1024
     flops = 2 * 2 * m_tok * width * 4 * width
     mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.Linear(4 * width, width))
     x = torch.randn(m_tok, width)
     fns = {"float32 F.linear": mlp}
-    fns["float32 oneDNN linear"] = lambda x: torch.ops.mkldnn._linear_pointwise(
-        torch.ops.mkldnn._linear_pointwise(x, mlp[0].weight, mlp[0].bias, "none", [], ""),
-        mlp[1].weight, mlp[1].bias, "none", [], "")
+    fns["float32 oneDNN linear"] = lambda x: onednn_linear(
+        onednn_linear(x, mlp[0].weight, mlp[0].bias), mlp[1].weight, mlp[1].bias)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic

@@ -25,8 +25,6 @@ Methods (all score the same token ids; NLLs are checked against (c) to 1e-4 in f
   (f) engine int8   (d) with the registry's ``dtype: int8`` (int8 body linears, float32 head and
                  log-softmax; services/dialscore_server/checkpoints/quantize.py), activation rows
                  quantized over their own [min, max];
-  (f0) int8 symmetric  the same with the first version's rows over [-max|x|, max|x|]
-                 (``quantize_int8(centered=False)``), to compare the two in one run;
   (g) CT2 fp32   CTranslate2 ``Generator.score_batch`` on the same token ids (as token strings),
                  batches of the engine's token budget in tokens, same threads, float32
                  (loadtests/ct2_peer.py; bench environment only: loadtests/requirements-bench.txt);
@@ -35,7 +33,7 @@ Methods (all score the same token ids; NLLs are checked against (c) to 1e-4 in f
 Reduced-precision rows ((f), (h)) report, besides max|dNLL| against (c), the pair-decision
 agreement with (c): the share of (valid, corruption) pairs ordered the same way (valid scored
 lower or not). Run with ``--dtype float32`` for these rows. ``--agreement-groups N`` adds an
-untimed comparison of (f), (f0) and (h) with (d) on the first N groups (all 156: 896 pairs), with
+untimed comparison of (f) and (h) with (d) on the first N groups (all 156: 896 pairs), with
 Wilson intervals and McNemar's paired test (loadtests/probe_agreement.py).
 
 Columns: pairs/s, items/s, item tokens/s (source + target of every item: the same work measure
@@ -176,7 +174,7 @@ def peak_onednn_linear(dtype: str, device: str, reps: int = 5) -> float:
     unavailable or not on CPU."""
     import torch
 
-    from dialscore_server.nll.engine.kernels import onednn_linear_available
+    from dialscore_server.compat import onednn_linear, onednn_linear_available
 
     if not device.startswith("cpu") or not onednn_linear_available():
         return 0.0
@@ -187,10 +185,10 @@ def peak_onednn_linear(dtype: str, device: str, reps: int = 5) -> float:
     z = torch.zeros(n, dtype=dt)
     best = float("inf")
     with torch.inference_mode():
-        torch.ops.mkldnn._linear_pointwise(a, w, z, "none", [], "")
+        onednn_linear(a, w, z)
         for _ in range(reps):
             t = time.perf_counter()
-            torch.ops.mkldnn._linear_pointwise(a, w, z, "none", [], "")
+            onednn_linear(a, w, z)
             best = min(best, time.perf_counter() - t)
     return 2 * n ** 3 / best
 
@@ -293,10 +291,9 @@ def main(argv=None) -> int:
     p.add_argument("--forced-onednn", action="store_true",
                    help="add (d1): (d) with every linear through oneDNN (its own model copy)")
     p.add_argument("--no-ct2-float32", action="store_true", help="skip (g), keep (h)")
-    p.add_argument("--no-int8", action="store_true", help="skip (f) and (f0)")
-    p.add_argument("--no-int8-symmetric", action="store_true", help="skip (f0)")
+    p.add_argument("--no-int8", action="store_true", help="skip (f)")
     p.add_argument("--agreement-groups", type=int, default=0,
-                   help="also score the first N groups once with (d), (f), (f0) and (h) and report "
+                   help="also score the first N groups once with (d), (f) and (h) and report "
                         "decision agreement with (d) with confidence intervals (0: off)")
     p.add_argument("--no-ct2", action="store_true", help="skip (g) and (h)")
     p.add_argument("--groups-per-request", type=int, default=4, help="(e): explanation groups per request")
@@ -366,24 +363,12 @@ def main(argv=None) -> int:
         start += size
 
     # (f) int8 engine and (g)/(h) CTranslate2: float32 runs only (they are compared with (c)).
-    engine_int8 = engine_int8_sym = None
+    engine_int8 = None
     if not args.no_int8 and args.dtype == "float32" and device == "cpu":
         int8_config = config.model_copy(update={"dtype": "int8"})
         engine_int8 = NLLEngine(int8_config, token_budget=args.token_budget,
                                 num_threads=args.threads, prefix_reuse=True)
         engine_int8.score_encoded(encoded[:14])
-        if not args.no_int8_symmetric:
-            from dialscore_server.checkpoints.loading import LoadedModel
-            from dialscore_server.checkpoints.quantize import quantize_int8
-
-            sym = load_model(config)
-            quantize_int8(sym.model, centered=False)
-            engine_int8_sym = NLLEngine(int8_config, token_budget=args.token_budget,
-                                        num_threads=args.threads, prefix_reuse=True,
-                                        loaded=LoadedModel(int8_config, sym.model, sym.tokenizer,
-                                                           sym.device, sym.stand_in,
-                                                           sym.resolved_revision))
-            engine_int8_sym.score_encoded(encoded[:14])
     ct2 = {}
     ct2_note = ""
     if not args.no_ct2 and args.dtype == "float32" and device == "cpu":
@@ -437,10 +422,6 @@ def main(argv=None) -> int:
             (res, stats_int8), t = timed(lambda: engine_int8.score_encoded(encoded), device)
             nlls["int8"] = [r.nll for r in res]
             timings["int8"].append(t)
-        if engine_int8_sym is not None:
-            (res, stats_int8_sym), t = timed(lambda: engine_int8_sym.score_encoded(encoded), device)
-            nlls["int8_sym"] = [r.nll for r in res]
-            timings["int8_sym"].append(t)
         for ct, sc in ct2.items():
             nlls[f"ct2_{ct}"], t = timed(lambda: sc.nlls(ct2_tokens, ct2_lengths), device)
             timings[f"ct2_{ct}"].append(t)
@@ -460,8 +441,6 @@ def main(argv=None) -> int:
         scorers = {"reuse": lambda: [r.nll for r in engine_reuse.score_encoded(big_encoded)[0]]}
         if engine_int8 is not None:
             scorers["int8"] = lambda: [r.nll for r in engine_int8.score_encoded(big_encoded)[0]]
-        if engine_int8_sym is not None:
-            scorers["int8_sym"] = lambda: [r.nll for r in engine_int8_sym.score_encoded(big_encoded)[0]]
         if "int8" in ct2:
             big_tokens = ct2["int8"].strings(big_encoded)
             big_lengths = [len(e.target_ids) for e in big_encoded]
@@ -539,7 +518,7 @@ def main(argv=None) -> int:
         comparable["lmeval"] = lm_same
     worst = {k: max((abs(a - b) for a, b, c in zip(v, ref, comparable[k]) if c), default=0.0)
              for k, v in nlls.items()}
-    reduced = {"int8", "int8_sym", "ct2_int8"}
+    reduced = {"int8", "ct2_int8"}
     ok = (all(w <= TOLERANCE for k, w in worst.items() if k not in reduced)
           if args.dtype == "float32" else True)
 
@@ -579,9 +558,6 @@ def main(argv=None) -> int:
     if "int8" in timings:
         row("int8", "(f) engine int8, prefix reuse on", stats_int8.real_tokens, target_tokens,
             stats_int8.padded_tokens)
-    if "int8_sym" in timings:
-        row("int8_sym", "(f0) engine int8 symmetric rows, reuse on", stats_int8_sym.real_tokens,
-            target_tokens, stats_int8_sym.padded_tokens)
     # CTranslate2 computes every position of every item and projects all but the first to the
     # vocabulary (its padding is unknown: "-").
     ct2_projected = item_tokens - n
@@ -647,7 +623,7 @@ def main(argv=None) -> int:
         print()
         print(f"decision agreement with (d) float32 on {big['groups']} groups, {big['items']} items, "
               f"{big['pairs']} pairs (each mode run once, in this order; seconds not interleaved):")
-        print_agreement(big, {"int8": "(f) engine int8", "int8_sym": "(f0) engine int8 symmetric rows",
+        print_agreement(big, {"int8": "(f) engine int8",
                               "ct2_int8": "(h) CTranslate2 int8"})
     if "http" in rows:
         local = min(timings["reuse_beside_http"])
