@@ -224,13 +224,12 @@ def http_scores(source: Path, config, groups_json, args, in_process
                 ) -> tuple[list[float], list[float], list, list[float], dict[str, str]]:
     """Serve the checkpoint on loopback and POST the requests from concurrent clients: (NLLs of
     the last round, each round's seconds, each round's ClosedLoopRun, each in-process run's
-    seconds, the linear routes the replica timed and chose).
+    seconds, the linear routes recorded for this machine, which the replica took).
 
     Each HTTP round alternates with an in-process run (`in_process()`, returning seconds), so that
     both see the same background (Ray's own processes idle beside them, other load on the
     machine): the HTTP / in-process ratio compares like with like."""
     import httpx
-    from ray import serve
 
     from loadtests.bench_serve import closed_loop_nll
     from dialscore_server.gateway.args import AppArgs
@@ -259,8 +258,9 @@ def http_scores(source: Path, config, groups_json, args, in_process
                                               timeout=1800))
             seconds.append(run.seconds)
             runs.append(run)
-        routes = serve.get_deployment_handle("nll-dialogpt-medium", "bench-probe"
-                                             ).kernel_routes.remote().result()
+        from dialscore_server.nll.engine.kernel_choice import described
+
+        routes = described()  # the machine's route file, which the replica read or wrote
     return [x for r in run.nlls for x in r], seconds, runs, local, routes
 
 

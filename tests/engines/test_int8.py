@@ -58,13 +58,14 @@ def test_load_model_quantizes_the_body_only(stand_in_registry):
     eng.check_health()
 
 
-def test_quantize_refuses_a_kernel_patched_model(stand_in_registry):
-    """nll.kernels folds GELU into c_fc: quantizing afterwards would silently drop it."""
+def test_quantize_refuses_a_model_with_kernels(stand_in_registry):
+    """nll.kernels folds GELU into c_fc's replacement: quantizing afterwards would skip that layer
+    or drop the activation."""
     from dialscore_server.nll.engine import kernels
 
     lm = load_model(stand_in_registry.get("dialogpt-medium"))
     if not kernels.optimize(lm.model, onednn=True)["gelu_into_linear"]:
-        pytest.skip("oneDNN linear unavailable: nothing patched")
+        pytest.skip("oneDNN linear unavailable: nothing replaced")
     with pytest.raises(ValueError, match="quantize before"):
         quantize_int8(lm.model)
 

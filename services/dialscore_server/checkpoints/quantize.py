@@ -126,9 +126,11 @@ def quantize_int8(model: Any, engine: str = INT8_ENGINE) -> dict[str, int]:
 
     if next(model.parameters()).dtype != torch.float32:
         raise ValueError("int8 quantization starts from a float32 model")
-    if any(hasattr(m, "_dialscore_stock_forward") for m in model.modules()):
-        # nll.kernels folds GELU into c_fc's patched forward; replacing that layer would drop the
-        # activation.
+    from dialscore_server.nll.engine.kernels import OneDNNLinear
+
+    if any(isinstance(m, OneDNNLinear) for m in model.modules()):
+        # nll.kernels folds GELU into c_fc's replacement; quantizing would skip that layer, and
+        # replacing it would drop the activation.
         raise ValueError("quantize before applying dialscore_server.nll.engine.kernels, not after")
     if engine not in torch.backends.quantized.supported_engines:
         raise RuntimeError(f"quantized engine {engine!r} is not available in this PyTorch build "

@@ -11,7 +11,6 @@ passes.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from ray import serve
@@ -20,13 +19,10 @@ from dialscore.model_card import ModelCard
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contract.reply import Reply
-from dialscore_server.nll.engine import kernel_choice
 from dialscore_server.nll.completions.choices import Completed
 from dialscore_server.nll.engine.encoding import NLLItem
 from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.serving import NLLScorer, NLLServing, Scored, Work
-
-logger = logging.getLogger("ray.serve")
 
 #: Upper bound of `max_batch_tokens` (Serve's max_batch_size, counted in computed positions).
 MAX_BATCH_TOKENS = 16384
@@ -50,10 +46,6 @@ class NLLDeployment:
                                   chunk_tokens=options.chunk_tokens, model=config.name)
         self._batched.set_max_batch_size(max_batch_tokens)
         self._batched.set_batch_wait_timeout_s(options.batch_wait_timeout_s)
-        # The linear routes are timed once, at start, under whatever load the host has then; a
-        # replica slower than the same engine in-process shows why here (and in kernel_routes).
-        for shape, route in self.kernel_routes().items():
-            logger.info("kernel route %s: %s", shape, route)
 
     def card(self) -> ModelCard:
         """The model card for GET /v1/models and every response's provenance."""
@@ -66,11 +58,6 @@ class NLLDeployment:
     def work_stats(self) -> dict[str, float | str]:
         """This replica's work accounting (fair_chunks.WorkStats), for tests and benchmarks."""
         return self.serving.ledger.stats.snapshot()
-
-    def kernel_routes(self) -> dict[str, str]:
-        """The linear routes this replica's process timed and chose (kernel_choice.described),
-        for logs and benchmarks; empty when the engine applies no kernels."""
-        return kernel_choice.described()
 
     async def score(self, items: list[NLLItem], return_tokens: bool = False) -> Reply[Scored]:
         return await self.serving.score(items, return_tokens, runner=self._batched)
