@@ -9,11 +9,10 @@ counts). :func:`onednn_is_faster` therefore times both routes on the shape, and 
 a hash of its feature flags, torch version) and by shape, row count and torch thread count. The
 first process that needs a choice times it under the file's lock; every other process, at any
 later start, reads it. So every replica of a model on one machine takes the same routes and
-computes the same numbers for the same request, and a replica's start does not depend on the load
-at that moment (except the very first one on the machine).
+computes the same numbers for the same request, whatever the load at its own start.
 
-Limit: replicas on *different* machines choose separately. Two machines of another CPU model, or
-of the same model timed under different load, may take different routes for a shape; their NLLs
+Limit: replicas on *different* machines choose separately. Two machines of different CPU models,
+or of one model timed under different load, may take different routes for a shape; their NLLs
 then differ by float rounding (products summed in another order; the kernels' self-check bounds
 the difference per layer), never by more. To make a cluster's machines of one kind agree, give
 them the same file (copy it, or set ``DIALSCORE_CACHE_DIR`` to a folder they share whose
