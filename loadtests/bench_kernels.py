@@ -9,12 +9,15 @@ same checkpoint, each with prefix reuse on (the serving default) and off:
              this machine's route file says so (services/dialscore_server/nll/engine/kernel_choice.py),
              GELU fused into the product.
 
-Every repeat runs all six engines in turn (load from elsewhere hits them alike); the fastest run
-of each is kept. Prints pairs/s, the ratios, and each engine's largest NLL difference from stock
-without reuse. The workload and checkpoint are bench_probe's (``--model medium``: DialoGPT-medium
-shapes).
+Every repeat runs all the engines in turn (load from elsewhere hits them alike); the fastest run
+of each is kept. Prints pairs/s by wall clock and by this process's CPU time, the ratios, and
+each engine's largest NLL difference from stock (reuse off when it runs, else on). With
+``--threads 1`` the CPU time is the forward passes' own work, so its ratios hold on a machine
+busy with other work, where wall-clock ratios do not. The workload and checkpoint are
+bench_probe's (``--model medium``: DialoGPT-medium shapes).
 
     python loadtests/bench_kernels.py --model medium --repeat 3
+    python loadtests/bench_kernels.py --model medium --threads 1 --reuse on --groups 6
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ def main(argv=None) -> int:
     p.add_argument("--groups", type=int, default=None, help="explanation groups (default: bench_probe's)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--reuse", choices=["on", "off", "both"], default="both",
+                   help="prefix reuse of the engines timed")
     args = p.parse_args(argv)
 
     from dialscore_server.checkpoints.loading import load_model, set_threads
@@ -47,6 +52,7 @@ def main(argv=None) -> int:
     from loadtests.bench_probe import DEFAULT_GROUPS, attribution_workload, checkpoint, model_config
 
     set_threads(args.threads)
+    reuses = {"on": (True,), "off": (False,), "both": (True, False)}[args.reuse]
     source = checkpoint(args.model, Path(tempfile.gettempdir()) / "dialscore-bench")
     config = model_config(source, "float32", "cpu")
     engines = {}
@@ -54,46 +60,53 @@ def main(argv=None) -> int:
         loaded = load_model(config)
         if setting == "gelu-only":
             kernels.optimize(loaded.model, onednn=False)
-        for reuse in (True, False):
+        for reuse in reuses:
             engines[setting, reuse] = NLLEngine(config, loaded=loaded, num_threads=args.threads,
                                                 prefix_reuse=reuse,
                                                 fast_kernels=setting == "routed")
-    print("routed:", {k: v for k, v in engines["routed", True].kernels.items() if k != "routes"})
+    print("routed:", {k: v for k, v in engines["routed", reuses[0]].kernels.items() if k != "routes"})
     for key, route in sorted(kernel_choice.described().items()):
         print(f"  route {key}: {route}")
     groups, n_pairs, _ = attribution_workload(args.groups or DEFAULT_GROUPS[args.model],
                                               config.format.why_turn)
-    encoded = [engines["stock", True].encode(it) for g in groups for it in g]
+    encoded = [engines["stock", reuses[0]].encode(it) for g in groups for it in g]
     print(f"{len(groups)} groups, {len(encoded)} items, {n_pairs} pairs, "
           f"{sum(e.cost for e in encoded)} item tokens, {args.threads} threads")
     for engine in engines.values():
         engine.score_encoded(encoded[:14])  # warm-up
 
     seconds: dict = {key: [] for key in engines}
+    cpu: dict = {key: [] for key in engines}
     nlls: dict = {}
     for r in range(args.repeat):
         for key, engine in engines.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             results, _ = engine.score_encoded(encoded)
             seconds[key].append(time.perf_counter() - start)
+            cpu[key].append(time.process_time() - start_cpu)
             nlls[key] = [x.nll for x in results]
-        print(f"repeat {r + 1}: " + ", ".join(f"{s}/{'reuse' if u else 'plain'} {seconds[s, u][-1]:.2f} s"
-                                             for s, u in engines), flush=True)
+        print(f"repeat {r + 1}: " + ", ".join(
+            f"{s}/{'reuse' if u else 'plain'} {seconds[s, u][-1]:.2f} s ({cpu[s, u][-1]:.2f} cpu s)"
+            for s, u in engines), flush=True)
 
-    reference = nlls["stock", False]
-    print("\n| kernels | prefix reuse | best s | pairs/s | runs, s | max abs dNLL vs stock, reuse off |")
-    print("|---|---|---:|---:|---|---:|")
+    reference = nlls["stock", reuses[-1]]
+    print(f"\n| kernels | prefix reuse | best s | pairs/s | runs, s | best cpu s | pairs/cpu s | "
+          f"max abs dNLL vs stock, reuse {'on' if reuses[-1] else 'off'} |")
+    print("|---|---|---:|---:|---|---:|---:|---:|")
     for (setting, reuse), runs in seconds.items():
         diff = max(abs(a - b) for a, b in zip(nlls[setting, reuse], reference))
+        best_cpu = min(cpu[setting, reuse])
         print(f"| {setting} | {'on' if reuse else 'off'} | {min(runs):.2f} | {n_pairs / min(runs):.2f} | "
-              f"{', '.join(f'{x:.1f}' for x in runs)} | {diff:.1e} |")
-    for reuse in (True, False):
-        stock, gelu, routed = (min(seconds[s, reuse]) for s in SETTINGS)
-        per_round = ", ".join(f"{a / b:.2f}" for a, b in zip(seconds["stock", reuse],
-                                                              seconds["routed", reuse]))
-        print(f"reuse {'on' if reuse else 'off'}: routed / stock {stock / routed:.2f}x pairs/s "
-              f"(each repeat: {per_round}); routed / gelu-only {gelu / routed:.2f}x; "
-              f"gelu-only / stock {stock / gelu:.2f}x")
+              f"{', '.join(f'{x:.1f}' for x in runs)} | {best_cpu:.2f} | {n_pairs / best_cpu:.2f} | "
+              f"{diff:.1e} |")
+    for reuse in reuses:
+        for name, table in (("wall", seconds), ("cpu", cpu)):
+            stock, gelu, routed = (min(table[s, reuse]) for s in SETTINGS)
+            per_round = ", ".join(f"{a / b:.2f}" for a, b in zip(table["stock", reuse],
+                                                                  table["routed", reuse]))
+            print(f"reuse {'on' if reuse else 'off'}, {name} time: routed / stock {stock / routed:.2f}x "
+                  f"pairs/s (each repeat: {per_round}); routed / gelu-only {gelu / routed:.2f}x; "
+                  f"gelu-only / stock {stock / gelu:.2f}x")
     return 0
 
 
