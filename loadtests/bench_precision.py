@@ -37,6 +37,8 @@ hundred decisions cannot tell 98.5% from 99.5%.
 
 from __future__ import annotations
 
+from dialscore_server import compat
+
 import argparse
 import os
 import statistics
@@ -104,8 +106,8 @@ def float32_onednn(mlp: Any) -> dict[str, Route]:
     import torch
 
     def run(x: Any) -> object:
-        hidden = torch.ops.mkldnn._linear_pointwise(x, mlp[0].weight, mlp[0].bias, "none", [], "")
-        return torch.ops.mkldnn._linear_pointwise(hidden, mlp[1].weight, mlp[1].bias, "none", [], "")
+        hidden = compat.onednn_linear(x, mlp[0].weight, mlp[0].bias)
+        return compat.onednn_linear(hidden, mlp[1].weight, mlp[1].bias)
 
     return {"float32 oneDNN linear": run}
 

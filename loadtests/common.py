@@ -10,6 +10,8 @@ only.
 
 from __future__ import annotations
 
+from dialscore_server import compat
+
 import argparse
 import asyncio
 import json
@@ -138,7 +140,7 @@ def square_products(dtype: str, device: str = "cpu", n: int = PEAK_N
 
         def onednn() -> object:
             with torch.inference_mode():
-                return torch.ops.mkldnn._linear_pointwise(a, b, z, "none", [], "")
+                return compat.onednn_linear(a, b, z)
 
         products["oneDNN linear"] = onednn
     return products

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,21 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+
+@pytest.fixture(scope="session", autouse=True)
+def machine_cache_dir(tmp_path_factory) -> Iterator[Path]:
+    """A fresh ``DIALSCORE_CACHE_DIR`` for the session (the per-machine kernel routes), set before
+    any engine or Ray worker starts, so tests neither read nor write the user's cache."""
+    from dialscore_server.nll.engine.route_store import CACHE_DIR_VARIABLE
+
+    path = tmp_path_factory.mktemp("machine-cache")
+    previous = os.environ.get(CACHE_DIR_VARIABLE)
+    os.environ[CACHE_DIR_VARIABLE] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop(CACHE_DIR_VARIABLE, None)
+    else:
+        os.environ[CACHE_DIR_VARIABLE] = previous
 
 
 @pytest.fixture(scope="session")

@@ -38,3 +38,142 @@ def test_entry_replica_accepted():
         pass
 
     assert compat.replica_accepted(NoHook()) is None
+
+
+def _close(got, want, scale=None) -> bool:
+    """Equal to float32 rounding: each element within 1e-5 of `scale` (default: its own magnitude)
+    plus 1e-6 of the largest."""
+    if got.shape != want.shape:
+        return False
+    scale = want.abs() if scale is None else scale
+    return bool(((got - want).abs() <= 1e-5 * scale + 1e-6 * want.abs().max()).all())
+
+
+def test_entry_onednn_linear():
+    import torch
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN: the kernels never route through it")
+    if not compat.onednn_linear_available():
+        broken("onednn_linear", "torch.ops.mkldnn._linear_pointwise is gone: no layer is routed "
+               "through oneDNN")
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 48, generator=gen)
+    w = torch.randn(48, 32, generator=gen).t().contiguous().t().t()  # [out, in] view, column-major
+    b = torch.randn(32, generator=gen)
+    plain = torch.nn.functional.linear(x, w, b)
+    with torch.inference_mode():
+        try:
+            cases = {
+                "plain": (compat.onednn_linear(x, w, b), plain),
+                "no bias": (compat.onednn_linear(x, w, None), plain - b),
+                "gelu/tanh": (compat.onednn_linear(x, w, b, gelu=True),
+                              torch.nn.functional.gelu(plain, approximate="tanh")),
+            }
+        except (RuntimeError, TypeError) as e:
+            broken("onednn_linear", f"_linear_pointwise(x, w, b, attr, scalars, algorithm) fails: {e}")
+    for case, (got, want) in cases.items():
+        if not _close(got, want):
+            broken("onednn_linear", f"_linear_pointwise ({case}) no longer computes x @ w.T + b"
+                   + (" then the tanh approximation of GELU" if case == "gelu/tanh" else ""))
+
+
+def _quantized_weight(torch, gen):
+    """A per-channel int8 weight (engine onednn, as quantize_int8 sets it) whose channels' scales
+    span six orders of magnitude, and its float value."""
+    import warnings
+
+    torch.backends.quantized.engine = "onednn"
+    w = torch.randn(24, 40, generator=gen) * torch.logspace(-3, 3, 24)[:, None]
+    scale = (w.abs().amax(dim=1) / 127).double()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        qw = torch.quantize_per_channel(w, scale, torch.zeros(24, dtype=torch.long), 0, torch.qint8)
+    return qw, qw.dequantize()
+
+
+def _anchored(torch, rows):
+    """`rows` (within [-1, 1]) followed by the anchor row that pins the tensor's range to [-1, 1]."""
+    anchor = torch.zeros(1, rows.shape[1])
+    anchor[0, 0], anchor[0, 1] = 1.0, -1.0
+    return torch.cat([rows, anchor])
+
+
+def _codes(torch, x):
+    """`x` rounded to the 7-bit codes of the anchored range [-1, 1]: multiples of 2/127."""
+    return torch.round(x * 63.5) / 63.5
+
+
+def _int8_product(torch, x, packed):
+    """The rows of `x` (within [-1, 1]) through linear_dynamic with the anchor row, anchor dropped."""
+    return compat.quantized_linear_dynamic(_anchored(torch, x), packed)[: x.shape[0]]
+
+
+def test_entry_quantized_linear_prepack():
+    import torch
+
+    if "onednn" not in torch.backends.quantized.supported_engines:
+        broken("quantized_linear_prepack", "the onednn quantized engine is gone from this torch")
+    gen = torch.Generator().manual_seed(1)
+    qw, w = _quantized_weight(torch, gen)
+    x = _codes(torch, torch.rand(6, 40, generator=gen) * 1.98 - 0.99)  # exactly on codes
+    try:
+        got = _int8_product(torch, x, compat.quantized_linear_prepack(qw))
+    except (RuntimeError, TypeError) as e:
+        broken("quantized_linear_prepack", f"linear_prepack(qweight, None) fails: {e}")
+    if not _close(got, x @ w.T, scale=w.abs().sum(dim=1)):
+        broken("quantized_linear_prepack", "the packed weight no longer multiplies as its "
+               "per-channel dequantized value")
+
+
+def test_entry_quantized_linear_dynamic():
+    import torch
+
+    gen = torch.Generator().manual_seed(2)
+    qw, w = _quantized_weight(torch, gen)
+    packed = compat.quantized_linear_prepack(qw)
+    rows = torch.rand(5, 40, generator=gen) * 2 - 1
+    others = torch.rand(3, 40, generator=gen) * 2 - 1
+    try:
+        alone = _int8_product(torch, rows, packed)
+        beside = _int8_product(torch, torch.cat([rows, others]), packed)
+    except (RuntimeError, TypeError) as e:
+        broken("quantized_linear_dynamic", f"linear_dynamic(x, packed, reduce_range) fails: {e}")
+    if alone.dtype != torch.float32 or not _close(alone, _codes(torch, rows) @ w.T,
+                                                   scale=w.abs().sum(dim=1)):
+        broken("quantized_linear_dynamic", "activations are no longer rounded to the 7-bit codes of "
+               "the tensor's range (step 2/127 over the anchored [-1, 1])")
+    if not torch.equal(alone, beside[:5]):
+        broken("quantized_linear_dynamic", "a row's result depends on other rows within the anchored "
+               "range: the per-row int8 layers would no longer be batch-invariant")
+
+
+def test_entry_prefix_cache_layer():
+    import torch
+    from transformers import GPT2Config, GPT2Model
+    from transformers.cache_utils import Cache
+
+    torch.manual_seed(3)
+    model = GPT2Model(GPT2Config(vocab_size=97, n_positions=64, n_embd=32, n_layer=2, n_head=4)).eval()
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)  # default init hides position and mask mistakes
+    prefixes = torch.randint(0, 97, (2, 7))
+    tails = torch.randint(0, 97, (3, 4))
+    index = torch.tensor([1, 0, 0])
+    with torch.inference_mode():
+        cache = model(input_ids=prefixes, use_cache=True).past_key_values
+        kv = [(layer.keys, layer.values) for layer in cache.layers]
+        try:
+            layers = [compat.prefix_cache_layer(k, v, index) for k, v in kv]
+            got = model(input_ids=tails, position_ids=torch.arange(7, 11).repeat(3, 1),
+                        attention_mask=torch.ones(3, 11, dtype=torch.long),
+                        past_key_values=Cache(layers=layers), use_cache=True).last_hidden_state
+        except (AttributeError, RuntimeError, TypeError, ValueError) as e:
+            broken("prefix_cache_layer", f"a Cache of DynamicLayer subclasses no longer runs: {e!r}")
+        want = model(input_ids=torch.cat([prefixes[index], tails], dim=1)).last_hidden_state[:, 7:]
+    if not _close(got, want):
+        broken("prefix_cache_layer", "a continuation over the expanded prefix no longer equals the "
+               "whole sequence's forward pass: DynamicLayer's fields or update contract changed")
+    if layers[0].get_seq_length() != 7 or layers[0].keys.shape[0] != 2:
+        broken("prefix_cache_layer", "the layer stored what it was given, or no longer reports its "
+               "prefix length from its keys")

@@ -10,7 +10,17 @@ in CI rather than in a user's cluster.
 entry                     project       relies on
 ========================  ============  ======================================================
 replica_accepted          Ray Serve     ``DeploymentResponse._fetch_future_result_async``
+onednn_linear             torch         ``torch.ops.mkldnn._linear_pointwise`` (attr ``none``,
+                                        and ``gelu`` with algorithm ``tanh``)
+quantized_linear_prepack  torch         ``torch.ops.quantized.linear_prepack``
+quantized_linear_dynamic  torch         ``torch.ops.quantized.linear_dynamic``
+prefix_cache_layer        transformers  subclassing ``cache_utils.DynamicLayer``: its fields
+                                        ``keys``, ``values``, ``is_initialized``, ``dtype``,
+                                        ``device`` and its ``update`` contract
 ========================  ============  ======================================================
+
+Nothing here imports torch, transformers or Ray at module level: the gateway imports this module
+too.
 """
 
 from __future__ import annotations
@@ -19,7 +29,8 @@ from collections.abc import Awaitable
 from typing import Any
 
 #: The entries of this module, for the guard tests.
-ENTRIES = ("replica_accepted",)
+ENTRIES = ("replica_accepted", "onednn_linear", "quantized_linear_prepack",
+           "quantized_linear_dynamic", "prefix_cache_layer")
 
 
 def replica_accepted(response: Any) -> Awaitable[Any] | None:
@@ -33,3 +44,107 @@ def replica_accepted(response: Any) -> Awaitable[Any] | None:
     moment. Without it, the request's single deadline applies (no separate queue deadline)."""
     fetch = getattr(response, "_fetch_future_result_async", None)
     return fetch() if fetch is not None else None
+
+
+# ------------------------------------------------------------------------------ onednn_linear
+def onednn_linear_available() -> bool:
+    """Whether this torch build has the op behind :func:`onednn_linear` (part of that entry)."""
+    import torch
+
+    return bool(torch.backends.mkldnn.is_available()
+                and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+def onednn_linear(x: Any, weight: Any, bias: Any, *, gelu: bool = False) -> Any:
+    """``x @ weight.T + bias`` through oneDNN's inner-product primitive, followed by the tanh
+    approximation of GELU when `gelu` (fused into the product's epilogue).
+
+    `x`: ``[rows, in]``; `weight`: ``[out, in]`` (a transposed view of a column-major ``[in, out]``
+    matrix is read without a copy); `bias`: ``[out]`` or None. float32 or bfloat16 CPU tensors,
+    outside autograd (the op has no backward). Raises RuntimeError where oneDNN cannot build the
+    primitive (bfloat16 on a CPU without native bfloat16 instructions).
+
+    Relies on ``torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, scalars, algorithm)``
+    with ``attr`` ``"none"`` or ``"gelu"`` and ``algorithm`` ``""`` or ``"tanh"``: the op
+    torch's Inductor emits for CPU linear layers. Why: torch's public float32 ``linear``/``addmm``
+    go through its BLAS (MKL on x86) and offer no way to pick oneDNN or to fuse an activation into
+    the product; ``torch.backends.mkldnn`` switches only whether convolution-like ops may use it.
+    Without it, :mod:`dialscore_server.nll.engine.kernels` routes nothing through oneDNN (every
+    layer keeps PyTorch's own product; numbers change only by float rounding)."""
+    import torch
+
+    attr, algorithm = ("gelu", "tanh") if gelu else ("none", "")
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, [], algorithm)
+
+
+# ----------------------------------------------------------------------------- int8 products
+def quantized_linear_prepack(weight: Any) -> Any:
+    """`weight` (a ``qint8`` tensor ``[out, in]``, quantized per output channel) packed for the
+    quantized engine selected in ``torch.backends.quantized.engine``, without a bias; the object
+    :func:`quantized_linear_dynamic` multiplies by.
+
+    Relies on ``torch.ops.quantized.linear_prepack(qweight, bias)``. Why: torch's only public
+    route to these int8 kernels is ``torch.ao.quantization.quantize_dynamic``, which builds its own
+    layers with one activation scale per input tensor, so a row's rounding would depend on the
+    other rows of its batch (see :mod:`dialscore_server.checkpoints.quantize`). Without it, a model
+    registered with ``dtype: int8`` cannot load (float32 and bfloat16 are unaffected)."""
+    import torch
+
+    return torch.ops.quantized.linear_prepack(weight, None)
+
+
+def quantized_linear_dynamic(x: Any, packed: Any) -> Any:
+    """float32 ``x @ W.T`` (`x` ``[rows, in]`` float32, `packed` from
+    :func:`quantized_linear_prepack`): `x` is quantized to unsigned 7-bit codes over the whole
+    tensor's [min, max] (``reduce_range``), multiplied by the int8 weights with int32
+    accumulation, and scaled back to float32.
+
+    Relies on ``torch.ops.quantized.linear_dynamic(x, packed, reduce_range)`` and on its one
+    activation range per tensor: a row's result depends on the other rows only through that
+    range, which :class:`~dialscore_server.checkpoints.quantize.Int8Linear` pins with an anchor
+    row. Why and without it: as :func:`quantized_linear_prepack`."""
+    import torch
+
+    return torch.ops.quantized.linear_dynamic(x, packed, True)
+
+
+# ------------------------------------------------------------------------- prefix_cache_layer
+# Built on first use: subclassing transformers' DynamicLayer at import time would import
+# transformers with this module.
+_PREFIX_LAYER: Any = None
+
+
+def prefix_cache_layer(keys: Any, values: Any, index: Any) -> Any:
+    """One layer of a transformers ``Cache`` (``Cache(layers=[...])``) that holds a prefix's
+    keys/values (``[groups, heads, prefix, head_dim]``) and, on each ``update``, returns row ``b``
+    the prefix of group ``index[b]`` followed by the new keys/values. The expansion is made inside
+    ``update``, so only the layer running holds an expanded copy; the layer never stores what it
+    is given (one forward pass per cache object).
+
+    Relies on transformers' ``cache_utils.DynamicLayer``: constructible without arguments; the
+    fields ``keys``, ``values``, ``dtype``, ``device`` and ``is_initialized`` through which
+    ``Cache`` and the models read a layer (``get_seq_length``, ``get_mask_sizes``); and ``update``
+    returning the keys/values attention runs on. Why: the public alternative, a ``DynamicCache``
+    filled with the expanded prefix of every layer, holds all layers' expansions for the whole
+    pass (the number of layers times the memory of this one). Without it, shared-prefix reuse of
+    decoder-only models cannot run (``serving.prefix_reuse: false`` still scores every item)."""
+    global _PREFIX_LAYER
+    if _PREFIX_LAYER is None:
+        from transformers.cache_utils import DynamicLayer
+
+        class ExpandedPrefixLayer(DynamicLayer):
+            def __init__(self, keys: Any, values: Any, index: Any):
+                super().__init__()
+                self.keys, self.values, self.index = keys, values, index
+                self.dtype, self.device = keys.dtype, keys.device
+                self.is_initialized = True
+
+            def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any
+                       ) -> tuple[Any, Any]:
+                import torch
+
+                return (torch.cat([self.keys.index_select(0, self.index), key_states], dim=-2),
+                        torch.cat([self.values.index_select(0, self.index), value_states], dim=-2))
+
+        _PREFIX_LAYER = ExpandedPrefixLayer
+    return _PREFIX_LAYER(keys, values, index)

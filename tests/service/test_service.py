@@ -117,6 +117,24 @@ def test_concurrent_requests_are_merged_into_batches(batching):
     assert grew["dialscore_batch_requests_count"] < 32, "32 concurrent requests should share engine calls"
 
 
+def test_replicas_take_the_machines_kernel_routes(served):
+    """The NLL replicas choose their linear routes through this machine's route file (the
+    session's DIALSCORE_CACHE_DIR, which Ray's workers inherit): each shape of their models at
+    their thread count is recorded there once, with its timing and choice, for every later replica
+    and benchmark to read."""
+    from dialscore_server.nll.engine.kernel_choice import described
+    from dialscore_server.nll.engine.kernels import onednn_linear_available
+
+    if not onednn_linear_available():
+        pytest.skip("this torch build has no oneDNN linear: no route is timed")
+    routes = {k: v for k, v in described().items() if k.endswith(" threads=1")}
+    assert routes, "no route recorded by a replica"
+    assert all(re.fullmatch(r"\d+x\d+ float32 \[(in,out|out,in)\]( \+gelu)? rows=\d+ threads=1", k)
+               for k in routes), routes
+    assert all(re.fullmatch(r"[\d.]+ / [\d.]+ ms -> (oneDNN|PyTorch)", v) for v in routes.values()), routes
+    assert any("+gelu" in k for k in routes)  # GPT-2's c_fc, timed with its GELU folded in
+
+
 def test_prefix_reuse_spans_requests_merged_into_one_batch(batching):
     """Concurrent one-item requests whose contexts share a long prefix: only Serve's merging can
     put them in one engine call, and the engine then computes the shared prefix once (counted in

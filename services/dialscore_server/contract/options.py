@@ -65,6 +65,7 @@ class ServingOptions(BaseModel):
         "numbers either way; off only to measure it.")
     fast_kernels: bool = Field(
         True, description="NLL models: run float32 linear layers through oneDNN where it measures "
-        "faster than PyTorch's own route for the layer's shape on this CPU (timed once per process), "
-        "and GPT-2's GELU as one fused kernel (services/dialscore_server/nll/engine/kernels.py; same numbers "
-        "to float rounding). Off: stock PyTorch kernels.")
+        "faster than PyTorch's own route for the layer's shape (timed once per machine and shared "
+        "by every replica on it, in $DIALSCORE_CACHE_DIR/kernel-routes.json), and GPT-2's GELU as "
+        "one fused kernel (services/dialscore_server/nll/engine/kernels.py; same numbers to float "
+        "rounding). Off: stock PyTorch kernels.")

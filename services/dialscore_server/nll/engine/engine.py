@@ -144,14 +144,14 @@ class NLLEngine:
             item computes its whole input (the numbers are the same either way, to float
             tolerance).
         min_shared_prefix: decoder-only prefix groups need at least this many shared tokens.
-        fast_kernels: apply :mod:`dialscore_server.nll.engine.kernels` to the loaded model in place:
-            float32 linear layers through oneDNN where it measured faster than PyTorch's own
-            route for the layer's shape on this CPU (about twice on the AVX-512 host, slower on
-            AVX2-only ones; timed once per process), and GPT-2's five-op GELU as one kernel,
-            fused into the preceding product when that goes through oneDNN. Numbers change only
-            by float rounding; each patched layer is checked against its stock forward first. The
-            vocabulary projection's route is chosen the same way. Off: the stock
-            PyTorch/transformers path.
+        fast_kernels: apply :mod:`dialscore_server.nll.engine.kernels` to the loaded model (its
+            linear layers replaced by oneDNN ones where this machine's choice for the layer's
+            shape is oneDNN: chosen once per machine and shared by every process on it,
+            :mod:`~dialscore_server.nll.engine.kernel_choice`), and GPT-2's five-op GELU as one
+            kernel, fused into the preceding product when that goes through oneDNN. Numbers
+            change only by float rounding; each replacement is checked against the layer it
+            replaces first. The vocabulary projection's route is chosen the same way. Off: the
+            stock PyTorch/transformers path.
     """
 
     def __init__(self, config: ModelConfig, loaded: LoadedModel | None = None, *,

@@ -1,36 +1,58 @@
-"""Which float32/bfloat16 linear route is faster on this CPU: oneDNN's linear op or PyTorch's own.
+"""Which float32/bfloat16 linear route a layer shape takes: oneDNN's linear op or PyTorch's own.
 
-:mod:`dialscore_server.nll.engine.kernels` routes linear layers through oneDNN because on the AVX-512
-host the project was first measured on it ran float32 products about twice as fast as MKL, which
-PyTorch's own ``addmm`` uses. On an AVX2-only host the order reverses (BENCHMARKS.md section 6),
-so the premise is a property of the CPU, not of the code: :func:`onednn_is_faster` times both
-routes on the layer's own shape, once per process, and the kernels keep whichever was faster.
+Which of the two is faster is a property of the CPU, the torch build, the thread count and the
+product's shape, not of the code (BENCHMARKS.md has both orders, on different CPUs and row
+counts). :func:`onednn_is_faster` therefore times both routes on the shape, and the result is
+**chosen once per machine and shared by every process on it**: the timings live in
+``kernel-routes.json`` under :func:`~dialscore_server.nll.engine.route_store.cache_dir`
+(``$DIALSCORE_CACHE_DIR``, default ``~/.cache/dialscore``), keyed by :func:`machine` (CPU model,
+a hash of its feature flags, torch version) and by shape, row count and torch thread count. The
+first process that needs a choice times it under the file's lock; every other process, at any
+later start, reads it. So every replica of a model on one machine takes the same routes and
+computes the same numbers for the same request, whatever the load at its own start.
+
+Limit: replicas on *different* machines choose separately. Two machines of different CPU models,
+or of one model timed under different load, may take different routes for a shape; their NLLs
+then differ by float rounding (products summed in another order; the kernels' self-check bounds
+the difference per layer), never by more. To make a cluster's machines of one kind agree, give
+them the same file (copy it, or set ``DIALSCORE_CACHE_DIR`` to a folder they share whose
+filesystem honours ``flock``), or turn ``serving.fast_kernels`` off. Delete the file to time the
+shapes again. Where the file cannot be written (a read-only home), no layer is routed through
+oneDNN, so the process still takes the routes every other such process takes.
 
 A *shape* is what the model's layers have in common: input and output width, weight dtype,
 whether the stock layer stores its weight ``[in, out]`` (GPT-2's ``Conv1D``, multiplied by
 ``addmm``) or ``[out, in]`` (``nn.Linear``), and whether a tanh-GELU follows (fused into oneDNN's
 product; a separate one-kernel GELU on the stock route). A 24-layer model has four such shapes
-plus its head, so a process times a handful of products once.
-
-The choice only moves work between two kernels that compute the same product; numbers differ by
-float rounding (summation order), as with any oneDNN routing.
+plus its head.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import logging
+import platform
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
-#: Rows of the timed product when the caller names none (the vocabulary projection: ~170
-#: positions at a time). The winner depends on the row count (on an AVX2 host oneDNN won the
-#: DialoGPT-medium MLP shapes at 128 rows and lost them at 1,024), so the engine times its body's
-#: shapes at its own pass size (its token budget, at most MAX_TIMING_ROWS).
+from dialscore_server import compat
+from dialscore_server.nll.engine.route_store import RouteStore, cache_dir
+
+logger = logging.getLogger(__name__)
+
+#: Rows of the timed product when the caller names none (the vocabulary projection: about one
+#: projection chunk). The engine times its body's shapes at its own pass size (its token budget,
+#: at most MAX_TIMING_ROWS): the winner can depend on the row count.
 TIMING_ROWS = 128
-#: The most rows a timing uses (bounds the one-off cost: a few seconds on DialoGPT-medium shapes).
+#: The most rows a timing uses (bounds the one-off cost per shape).
 MAX_TIMING_ROWS = 1024
 #: Each route is timed this many times, the two alternating (a burst of load from elsewhere hits
 #: both alike), after one untimed warm-up call each; the fastest run of each is compared.
 TIMING_REPEATS = 3
+#: The file, under :func:`~dialscore_server.nll.engine.route_store.cache_dir`.
+ROUTES_FILE = "kernel-routes.json"
 
 
 @dataclass(frozen=True)
@@ -51,11 +73,10 @@ class Shape:
 
 @dataclass(frozen=True)
 class Timing:
-    """Fastest seconds of each route for one shape (threads: torch's intra-op threads then)."""
+    """Fastest seconds of each route for one shape at one row count and thread count."""
 
     onednn_s: float
     stock_s: float
-    threads: int
 
     @property
     def onednn(self) -> bool:
@@ -68,14 +89,10 @@ class Timing:
                 f"{'oneDNN' if self.onednn else 'PyTorch'}")
 
 
-#: (shape, rows, threads) -> timing, or None where oneDNN could not run the product.
-_TIMINGS: dict[tuple[Shape, int, int], Timing | None] = {}
-
-
 def measure(shape: Shape, rows: int = TIMING_ROWS, repeats: int = TIMING_REPEATS) -> Timing:
-    """Time both routes of `shape` on random data of `rows` rows (no caching; see
-    :func:`onednn_is_faster`). Raises RuntimeError when oneDNN cannot run the product (bf16 on a
-    CPU without AVX-512 BF16/AMX)."""
+    """Time both routes of `shape` on random data of `rows` rows, in this process, now (no store;
+    see :func:`timing`). Raises RuntimeError when oneDNN cannot run the product (bfloat16 on a
+    CPU without native bfloat16 instructions)."""
     import torch
 
     dtype = getattr(torch, shape.dtype)
@@ -84,10 +101,9 @@ def measure(shape: Shape, rows: int = TIMING_ROWS, repeats: int = TIMING_REPEATS
     w = torch.randn(shape.out_features, shape.in_features, generator=gen).to(dtype)  # [out, in]
     b = torch.randn(shape.out_features, generator=gen).to(dtype)
     w_in_out = w.t().contiguous() if shape.weight_in_out else None
-    attr, algorithm = ("gelu", "tanh") if shape.gelu else ("none", "")
 
     def onednn():
-        return torch.ops.mkldnn._linear_pointwise(x, w, b, attr, [], algorithm)
+        return compat.onednn_linear(x, w, b, gelu=shape.gelu)
 
     def stock():
         y = torch.addmm(b, x, w_in_out) if w_in_out is not None else torch.nn.functional.linear(x, w, b)
@@ -102,46 +118,106 @@ def measure(shape: Shape, rows: int = TIMING_ROWS, repeats: int = TIMING_REPEATS
                 t = time.perf_counter()
                 fn()
                 best[fn] = min(best[fn], time.perf_counter() - t)
-    return Timing(best[onednn], best[stock], torch.get_num_threads())
+    return Timing(best[onednn], best[stock])
+
+
+@functools.lru_cache(maxsize=1)
+def machine() -> str:
+    """What a choice depends on besides the shape and threads: the CPU model, a hash of its
+    feature flags and the torch version, e.g. ``AMD EPYC 7B13 flags=3f2a9c1d0b7e torch=2.13.0+cpu``.
+    The CPU is read from ``/proc/cpuinfo`` (Linux), else from :mod:`platform`; read once per
+    process."""
+    import torch
+
+    model, flags = "", ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name == "model name" and not model:
+                    model = value.strip()
+                elif name == "flags" and not flags:
+                    flags = " ".join(sorted(value.split()))
+                if model and flags:
+                    break
+    except OSError:
+        pass
+    model = model or platform.processor() or platform.machine()
+    digest = hashlib.sha256(flags.encode()).hexdigest()[:12]
+    return f"{model} flags={digest} torch={torch.__version__}"
+
+
+def routes_path() -> Path:
+    """The per-machine route file: ``cache_dir() / ROUTES_FILE``."""
+    return cache_dir() / ROUTES_FILE
+
+
+#: (file, machine, entry) -> timing, or None where the shape is not routed (oneDNN cannot run it,
+#: or the file could not be written): what this process has already read or chosen.
+_READ: dict[tuple[str, str, str], Timing | None] = {}
+
+
+def _entry(shape: Shape, rows: int, threads: int) -> str:
+    return f"{shape.key()} rows={rows} threads={threads}"
+
+
+def timing(shape: Shape, rows: int = TIMING_ROWS) -> Timing | None:
+    """This machine's timing of `shape` at `rows` rows (capped at MAX_TIMING_ROWS) and torch's
+    current thread count: read from :func:`routes_path`, or, when no process on this machine has
+    chosen it yet, measured now (:func:`measure`) and written there for every later asker.
+
+    None when oneDNN cannot run the product, or when the file cannot be written (logged): the
+    shape then stays on PyTorch's route."""
+    import torch
+
+    rows = max(1, min(rows, MAX_TIMING_ROWS))
+    path, here, entry = routes_path(), machine(), _entry(shape, rows, torch.get_num_threads())
+    key = (str(path), here, entry)
+    if key not in _READ:
+        try:
+            record = RouteStore(path).get_or_create(here, entry, lambda: _measured(shape, rows))
+        except OSError as e:
+            logger.warning("kernel route of %s not shared (%s): PyTorch's route kept", entry, e)
+            record = {"onednn_runs": False}
+        _READ[key] = _from_record(record)
+    return _READ[key]
 
 
 def onednn_is_faster(shape: Shape, rows: int = TIMING_ROWS) -> bool:
-    """Whether oneDNN's linear beats the stock route for `shape` on products of `rows` rows
-    (capped at MAX_TIMING_ROWS) at the current thread count.
-
-    Measured on first use and remembered for the process (per shape, rows and thread count);
-    False when oneDNN cannot run the product at all."""
+    """Whether this machine's choice for `shape` at `rows` rows is oneDNN (:func:`timing`)."""
     t = timing(shape, rows)
     return t is not None and t.onednn
 
 
-def timing(shape: Shape, rows: int = TIMING_ROWS) -> Timing | None:
-    """The remembered (or now measured) timing of `shape` at `rows` rows (capped at
-    MAX_TIMING_ROWS); None when oneDNN cannot run it."""
-    import torch
-
-    rows = max(1, min(rows, MAX_TIMING_ROWS))
-    key = (shape, rows, torch.get_num_threads())
-    if key not in _TIMINGS:
-        try:
-            _TIMINGS[key] = measure(shape, rows)
-        except RuntimeError:
-            _TIMINGS[key] = None
-    return _TIMINGS[key]
-
-
-def remembered() -> dict[str, Timing | None]:
-    """Every timing taken in this process, by :meth:`Shape.key` (for reports)."""
-    return {f"{s.key()} rows={r} threads={n}": t for (s, r, n), t in _TIMINGS.items()}
+def recorded_routes() -> dict[str, Timing | None]:
+    """Every choice recorded for this machine in :func:`routes_path` by any process, keyed
+    ``"<shape> rows=<n> threads=<n>"`` (None: oneDNN cannot run it). For reports and benchmarks;
+    reads the file, times nothing."""
+    entries = RouteStore(routes_path()).read().get(machine(), {})
+    return {k: _from_record(v) for k, v in entries.items()}
 
 
 def described() -> dict[str, str]:
-    """:func:`remembered`, each timing as :meth:`Timing.describe` words (for logs and reports;
-    "oneDNN cannot run it" where it could not)."""
+    """:func:`recorded_routes` as words (:meth:`Timing.describe`, or ``oneDNN cannot run it``)."""
     return {k: "oneDNN cannot run it" if t is None else t.describe()
-            for k, t in remembered().items()}
+            for k, t in recorded_routes().items()}
 
 
 def forget() -> None:
-    """Drop the remembered timings (tests; a process whose CPU share changed)."""
-    _TIMINGS.clear()
+    """Drop what this process has read (the file is untouched; tests)."""
+    _READ.clear()
+
+
+def _measured(shape: Shape, rows: int) -> dict:
+    try:
+        t = measure(shape, rows)
+    except RuntimeError:
+        return {"onednn_runs": False}
+    return {"onednn_s": t.onednn_s, "stock_s": t.stock_s, "onednn": t.onednn}
+
+
+def _from_record(record: dict) -> Timing | None:
+    if record.get("onednn_runs") is False:
+        return None
+    return Timing(float(record["onednn_s"]), float(record["stock_s"]))

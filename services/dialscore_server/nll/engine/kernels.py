@@ -1,228 +1,241 @@
-"""Faster CPU kernels for the engine's forward passes, applied in place to a loaded model.
+"""Faster CPU kernels for the engine's forward passes, applied to a loaded model by replacing modules.
 
-Two measured bottlenecks of a stock transformers model (loadtests/bench_precision.py and
-BENCHMARKS.md have the figures):
-
-* **float32 matrix products.** PyTorch's float32 ``matmul``/``addmm`` go through MKL, which on the
-  AVX-512 AMD EPYC the project was first measured on reaches about 230 GFLOP/s on two threads;
-  oneDNN, bundled with the same PyTorch wheel, runs the same product there at about 500 GFLOP/s.
-  On an AVX2-only EPYC the order reverses (oneDNN 0.65-0.8x of PyTorch's own route). So each
-  kind of float32 and bfloat16 linear layer of the model (GPT-2's ``Conv1D``, ``nn.Linear``
-  elsewhere) is routed through oneDNN's ``linear`` op (``torch.ops.mkldnn._linear_pointwise``)
-  only where :mod:`dialscore_server.nll.engine.kernel_choice` measured it faster on this CPU, for that
-  layer's shape, once per process. A routed layer reads the module's own weight (``Conv1D``
-  weights are stored column-major so that the [out, in] matrix oneDNN reads is contiguous: no
-  copy kept, ``state_dict`` unchanged), with the bias added in the product's epilogue. (bf16
-  ``addmm`` already reaches oneDNN in stock PyTorch, but through a slower path: ~390 vs ~500
-  GFLOP/s on the AVX-512 host.) The vocabulary projection's route is chosen the same way
-  (``onednn_head`` in :func:`optimize`'s result).
-* **GPT-2's GELU** (``gelu_new``) is written as five tensor operations, each a pass over the
-  4 × width MLP activations (about 20% of a DialoGPT-medium forward pass). It is replaced by the same
-  tanh formula in one kernel, fused into the preceding matrix product when oneDNN is used.
+* **Linear layers through oneDNN.** Each float32 or bfloat16 CPU linear layer of the model's body
+  (GPT-2's ``Conv1D``, ``nn.Linear`` elsewhere) whose shape takes oneDNN's route on this machine
+  (:mod:`~dialscore_server.nll.engine.kernel_choice`: chosen once per machine, shared by every
+  process) is replaced in its parent module by a :class:`OneDNNLinear` holding the same weight
+  and bias Parameters: no copy, same ``state_dict`` keys and tensors. A ``Conv1D`` weight
+  (``[in, out]``) is stored column-major, same shape and values, so that the ``[out, in]`` matrix
+  oneDNN reads is contiguous. The vocabulary projection's route is chosen the same way
+  (``onednn_head`` in :func:`optimize`'s result; the engine projects through :func:`linear`).
+* **GPT-2's GELU** (``NewGELUActivation``, five tensor operations, each a pass over the MLP's
+  activations) is replaced by transformers' ``GELUTanh`` (the same tanh formula in one kernel), or
+  folded into the preceding ``c_fc`` product when that layer goes through oneDNN (the activation
+  then becomes ``nn.Identity``).
 
 Results differ from the stock model only by float rounding (products summed in another order):
-``check`` compares each patched layer with its stock forward on random input before keeping it.
-The patched forwards fall back to the stock ones whenever autograd is recording (they are meant for
-``torch.inference_mode``).
+each replacement is compared with the layer it replaces on random input (:func:`agrees`) before
+it is kept. A :class:`OneDNNLinear` computes what the replaced layer computed whenever autograd
+is recording (the kernels are meant for ``torch.inference_mode``).
 """
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
+import torch
+from torch import nn
+from transformers.activations import GELUTanh, NewGELUActivation
+from transformers.pytorch_utils import Conv1D
+
+from dialscore_server import compat
+from dialscore_server.compat import onednn_linear_available
 from dialscore_server.nll.engine import kernel_choice
 
-#: Largest difference from the stock forward accepted by the self-check, relative to the output's
+__all__ = ["CHECK_TOLERANCE", "OneDNNLinear", "agrees", "linear", "onednn_linear_available",
+           "optimize"]
+
+#: Largest difference from the replaced layer accepted by the self-check, relative to the output's
 #: largest magnitude, per weight dtype (bf16 results round to 8 bits whichever kernel runs).
 CHECK_TOLERANCE = {"float32": 1e-4, "bfloat16": 3e-2}
+#: Weight dtypes routed through oneDNN.
+ROUTED_DTYPES = (torch.float32, torch.bfloat16)
 
 
-def onednn_linear_available() -> bool:
-    """Whether this PyTorch build has oneDNN's linear op on CPU."""
-    import torch
+class OneDNNLinear(nn.Module):
+    """A linear layer computed by oneDNN (:func:`dialscore_server.compat.onednn_linear`),
+    followed by the tanh-GELU fused into the product when `gelu`.
 
-    return bool(torch.backends.mkldnn.is_available()
-                and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+    Args:
+        weight, bias: the replaced layer's own Parameters (bias may be None), registered here under
+            the same names, so the parent's ``state_dict`` is unchanged.
+        weight_in_out: `weight` is stored ``[in, out]`` and the stock product is
+            ``addmm(bias, x, weight)`` (GPT-2's ``Conv1D``); otherwise ``[out, in]`` and
+            ``linear(x, weight, bias)`` (``nn.Linear``).
+        gelu: apply ``gelu(approximate="tanh")`` to the product.
+
+    While autograd records, or for an input whose dtype is not the weight's, :meth:`forward` is
+    :meth:`stock_forward`.
+    """
+
+    def __init__(self, weight: nn.Parameter, bias: nn.Parameter | None, *, weight_in_out: bool,
+                 gelu: bool):
+        super().__init__()
+        self.weight = weight
+        self.register_parameter("bias", bias)
+        self.weight_in_out = weight_in_out
+        self.gelu = gelu
+        self.in_features, self.out_features = (
+            (weight.shape[0], weight.shape[1]) if weight_in_out else (weight.shape[1], weight.shape[0]))
+
+    @classmethod
+    def replacing(cls, layer: nn.Module, *, gelu: bool) -> OneDNNLinear:
+        """The replacement of `layer` (a ``Conv1D`` or an ``nn.Linear``), sharing its Parameters.
+        A ``Conv1D`` weight is stored column-major first (:func:`_column_major`)."""
+        if isinstance(layer, Conv1D):
+            _column_major(layer.weight)
+            return cls(layer.weight, layer.bias, weight_in_out=True, gelu=gelu)
+        return cls(layer.weight, layer.bias, weight_in_out=False, gelu=gelu)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() or x.dtype != self.weight.dtype:
+            return self.stock_forward(x)
+        w = self.weight.t() if self.weight_in_out else self.weight
+        y = compat.onednn_linear(x.reshape(-1, x.shape[-1]), w, self.bias, gelu=self.gelu)
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def stock_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The replaced layer's computation (then the GELU), through PyTorch's own products."""
+        if self.weight_in_out:
+            y = torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight)
+            y = y.view(*x.shape[:-1], self.out_features)
+        else:
+            y = nn.functional.linear(x, self.weight, self.bias)
+        return nn.functional.gelu(y, approximate="tanh") if self.gelu else y
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"weight={'[in,out]' if self.weight_in_out else '[out,in]'}"
+                f"{', gelu=tanh' if self.gelu else ''}")
 
 
-def linear(x, weight, bias=None, *, onednn: bool = True):
-    """``x @ weight.T + bias`` (weight ``[out, in]``), through oneDNN for float32 CPU tensors when
-    `onednn` and available, else ``torch.nn.functional.linear``."""
-    import torch
-
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+           onednn: bool) -> torch.Tensor:
+    """``x @ weight.T + bias`` (weight ``[out, in]``): through oneDNN when `onednn` and `x` and
+    `weight` are float32 CPU tensors outside autograd (and the op exists), else
+    ``torch.nn.functional.linear``."""
     if (onednn and x.device.type == "cpu" and x.dtype == torch.float32
             and weight.dtype == torch.float32 and not torch.is_grad_enabled()
             and onednn_linear_available()):
-        shape = x.shape
-        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, shape[-1]), weight, bias, "none", [], "")
-        return y.view(*shape[:-1], y.shape[-1])
-    return torch.nn.functional.linear(x, weight, bias)
+        y = compat.onednn_linear(x.reshape(-1, x.shape[-1]), weight, bias)
+        return y.view(*x.shape[:-1], y.shape[-1])
+    return nn.functional.linear(x, weight, bias)
 
 
-def _patch_linear(module, *, transposed: bool, gelu: bool) -> None:
-    """Route `module`'s forward through oneDNN (optionally with a fused tanh-GELU)."""
-    import torch
-
-    stock = module.forward
-    attr, algorithm = ("gelu", "tanh") if gelu else ("none", "")
-
-    def forward(self, x):
-        if torch.is_grad_enabled() or x.dtype != self.weight.dtype:
-            y = stock(x)
-            return torch.nn.functional.gelu(y, approximate="tanh") if gelu else y
-        shape = x.shape
-        w = self.weight.t() if transposed else self.weight
-        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, shape[-1]), w, self.bias, attr, [],
-                                                algorithm)
-        return y.view(*shape[:-1], y.shape[-1])
-
-    module.forward = types.MethodType(forward, module)
-    module._dialscore_stock_forward = stock
-
-
-def _relayout(conv) -> None:
-    """Store a ``Conv1D`` weight ([in, out]) column-major, so that its transpose, the [out, in]
-    matrix oneDNN reads, is contiguous (2-7% faster than a strided view on this CPU). Same shape,
-    same values, same memory: the stock forward and ``state_dict`` are unaffected."""
-    w = conv.weight
-    if w.t().is_contiguous():
-        return
-    w.data = w.data.t().contiguous().t()
-
-
-def _unpatch(module) -> None:
-    module.forward = module._dialscore_stock_forward
-    del module._dialscore_stock_forward
-
-
-def check(module, in_features: int, gelu: bool) -> bool:
-    """The patched forward equals the stock one (+ GELU) on random input, to CHECK_TOLERANCE.
-
-    False too when oneDNN cannot run the product at all on this CPU (bf16 inner products need
-    AVX-512 BF16 or AMX; an AVX2-only CPU raises "could not create a primitive descriptor")."""
-    import torch
-
+def agrees(candidate: OneDNNLinear, layer: nn.Module) -> bool:
+    """`candidate` equals `layer` (then the tanh-GELU when ``candidate.gelu``) on random input, to
+    CHECK_TOLERANCE. False too when oneDNN cannot run the product at all on this CPU."""
     gen = torch.Generator().manual_seed(0)
-    dtype = module.weight.dtype
-    x = torch.randn(3, 5, in_features, generator=gen).to(dtype)
+    dtype = candidate.weight.dtype
+    x = torch.randn(3, 5, candidate.in_features, generator=gen).to(dtype)
     try:
         with torch.inference_mode():
-            got = module.forward(x)
+            got = candidate(x)
     except RuntimeError:
         return False
     with torch.no_grad():
-        want = module._dialscore_stock_forward(x)
-        if gelu:
-            want = torch.nn.functional.gelu(want, approximate="tanh")
+        want = layer(x)
+        if candidate.gelu:
+            want = nn.functional.gelu(want, approximate="tanh")
     scale = float(want.abs().max()) or 1.0
     tolerance = CHECK_TOLERANCE[str(dtype).removeprefix("torch.")]
     return float((got.float() - want.float()).abs().max()) <= tolerance * scale
 
 
-def optimize(model, *, onednn: bool | None = None, fuse_gelu: bool = True,
+def optimize(model: nn.Module, *, onednn: bool | None = None, fuse_gelu: bool = True,
              rows: int = kernel_choice.TIMING_ROWS) -> dict[str, Any]:
-    """Apply the kernels above to `model`'s transformer body in place; returns what was changed.
+    """Apply the kernels above to `model`'s transformer body by replacing modules; returns what
+    was done.
 
     Args:
         onednn: ``None`` (the default): route a float32/bfloat16 CPU linear layer through oneDNN
-            only where :func:`kernel_choice.onednn_is_faster` measured oneDNN faster for its
-            shape (at the current torch thread count; measured once per process). ``True``: route
-            every such layer (the AVX-512 premise, unmeasured). ``False``: none.
-        fuse_gelu: replace GPT-2's five-op GELU by the one-kernel version, folded into ``c_fc``'s
-            product where that layer is routed to oneDNN.
-        rows: the row count the body's shapes are timed at (the engine's pass size); the head is
-            timed at :data:`kernel_choice.TIMING_ROWS` (about one projection chunk).
+            where this machine's choice for its shape is oneDNN
+            (:func:`kernel_choice.onednn_is_faster`). ``True``: route every such layer, unmeasured.
+            ``False``: none.
+        fuse_gelu: replace GPT-2's five-op GELU by ``GELUTanh``, folded into ``c_fc``'s product
+            where that layer is routed to oneDNN.
+        rows: the row count the body's shapes are chosen at (the engine's pass size); the head is
+            chosen at :data:`kernel_choice.TIMING_ROWS` (about one projection chunk).
 
-    Returns counts ``onednn_linears`` (layers routed), ``stock_linears`` (float32/bfloat16 CPU
-    layers left on PyTorch's route because it measured faster, or because oneDNN failed the
-    self-check), ``fused_gelu``, ``gelu_into_linear``; ``onednn_head``: whether the vocabulary
-    projection should run through oneDNN (same rule, for the head's shape in float32, the dtype
-    it is projected in; False when `onednn` is False); ``routes``: the timings behind each
-    measured choice, by shape.
+    Returns counts ``onednn_linears`` (layers replaced by a :class:`OneDNNLinear` in this call),
+    ``stock_linears`` (float32/bfloat16 CPU linear layers this call left on PyTorch's route: the
+    choice, or a failed self-check), ``fused_gelu`` (GELUs replaced by ``GELUTanh``),
+    ``gelu_into_linear``; ``onednn_head``: whether the vocabulary projection should run through
+    oneDNN (float32, the dtype it is projected in; False when `onednn` is False); ``routes``: the
+    timing behind each choice consulted, by :meth:`kernel_choice.Shape.key`.
 
-    The output projection is left alone (the engine projects only target positions, in float32,
-    through :func:`linear`). Only float32 and bfloat16 CPU linear layers are routed to oneDNN.
-    Idempotent: a second call changes nothing and counts only what it changed.
+    The output projection is never replaced. Idempotent: a second call replaces nothing and makes
+    the same choices.
     """
-    import torch
-    from transformers.activations import GELUTanh, NewGELUActivation
-    from transformers.pytorch_utils import Conv1D
-
-    dtypes = (torch.float32, torch.bfloat16)
     done: dict[str, Any] = {"onednn_linears": 0, "stock_linears": 0, "fused_gelu": 0,
                             "gelu_into_linear": 0, "onednn_head": False}
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     use_onednn = onednn is not False and onednn_linear_available()
-    measured: set[kernel_choice.Shape] = set()
+    consulted: dict[kernel_choice.Shape, int] = {}
+    left_stock: set[int] = set()
 
-    timed_at: dict[kernel_choice.Shape, int] = {}
-
-    def wanted(shape: kernel_choice.Shape, at: int = rows) -> bool:
+    def routed(shape: kernel_choice.Shape, at: int = rows) -> bool:
         if onednn is True:
             return True
-        measured.add(shape)
-        timed_at[shape] = at
+        consulted[shape] = at
         return kernel_choice.onednn_is_faster(shape, at)
 
-    def shape_of(module, gelu: bool) -> kernel_choice.Shape:
-        w = module.weight
-        in_f, out_f = (w.shape[0], w.shape[1]) if isinstance(module, Conv1D) else (w.shape[1], w.shape[0])
-        return kernel_choice.Shape(in_f, out_f, str(w.dtype).removeprefix("torch."),
-                                   isinstance(module, Conv1D), gelu)
+    def replace(parent: nn.Module, name: str, layer: nn.Module, gelu: bool) -> bool:
+        candidate = OneDNNLinear.replacing(layer, gelu=gelu)
+        if agrees(candidate, layer):
+            setattr(parent, name, candidate)
+            return True
+        _row_major(layer.weight)
+        return False
 
     # GPT-2 style MLPs: c_fc -> act -> c_proj. The act is folded into c_fc when c_fc goes through
     # oneDNN; otherwise the Python-composed GELU is swapped for the one-kernel version.
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if type(child) is not NewGELUActivation or not fuse_gelu:
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if not fuse_gelu or type(child) not in (NewGELUActivation, GELUTanh):
                 continue
-            fc = getattr(module, "c_fc", None)
-            if (use_onednn and isinstance(fc, Conv1D) and fc.weight.dtype in dtypes
-                    and fc.weight.device.type == "cpu" and name == "act"
-                    and not hasattr(fc, "_dialscore_stock_forward")):
-                if wanted(shape_of(fc, gelu=True)):
-                    _relayout(fc)
-                    _patch_linear(fc, transposed=True, gelu=True)
-                    if check(fc, fc.weight.shape[0], gelu=True):
-                        setattr(module, name, torch.nn.Identity())
-                        done["gelu_into_linear"] += 1
-                        done["onednn_linears"] += 1
-                        continue
-                    _unpatch(fc)
-                fc._dialscore_route_decided = True
+            fc = getattr(parent, "c_fc", None)
+            if use_onednn and name == "act" and _routable(fc, head):
+                if routed(_shape(fc, gelu=True)) and replace(parent, "c_fc", fc, gelu=True):
+                    setattr(parent, name, nn.Identity())
+                    done["gelu_into_linear"] += 1
+                    done["onednn_linears"] += 1
+                    continue
+                left_stock.add(id(fc))
                 done["stock_linears"] += 1
-            setattr(module, name, GELUTanh())
-            done["fused_gelu"] += 1
+            if type(child) is NewGELUActivation:
+                setattr(parent, name, GELUTanh())
+                done["fused_gelu"] += 1
 
     if use_onednn:
-        for module in list(model.modules()):
-            if (module is head or hasattr(module, "_dialscore_stock_forward")
-                    or hasattr(module, "_dialscore_route_decided")):
-                continue
-            if isinstance(module, Conv1D):
-                transposed, in_features = True, module.weight.shape[0]
-            elif type(module) is torch.nn.Linear:
-                transposed, in_features = False, module.in_features
-            else:
-                continue
-            if module.weight.dtype not in dtypes or module.weight.device.type != "cpu":
-                continue
-            module._dialscore_route_decided = True  # decided once: a second call leaves it alone
-            if not wanted(shape_of(module, gelu=False)):
-                done["stock_linears"] += 1
-                continue
-            if transposed:
-                _relayout(module)
-            _patch_linear(module, transposed=transposed, gelu=False)
-            if check(module, in_features, gelu=False):
-                done["onednn_linears"] += 1
-            else:
-                _unpatch(module)
-                done["stock_linears"] += 1
+        for parent in list(model.modules()):
+            for name, child in list(parent.named_children()):
+                if id(child) in left_stock or not _routable(child, head):
+                    continue
+                if routed(_shape(child, gelu=False)) and replace(parent, name, child, gelu=False):
+                    done["onednn_linears"] += 1
+                else:
+                    done["stock_linears"] += 1
         if head is not None and head.weight.device.type == "cpu":
             vocab, width = head.weight.shape
-            done["onednn_head"] = wanted(kernel_choice.Shape(width, vocab, "float32", False, False),
+            done["onednn_head"] = routed(kernel_choice.Shape(width, vocab, "float32", False, False),
                                          kernel_choice.TIMING_ROWS)
-    done["routes"] = {s.key(): kernel_choice.timing(s, timed_at[s]) for s in measured}
+    done["routes"] = {s.key(): kernel_choice.timing(s, at) for s, at in consulted.items()}
     return done
+
+
+def _routable(module: Any, head: Any) -> bool:
+    """A stock linear layer (exactly ``Conv1D`` or ``nn.Linear``) of a routed dtype on CPU, other
+    than the output head."""
+    return (type(module) in (Conv1D, nn.Linear) and module is not head
+            and module.weight.dtype in ROUTED_DTYPES and module.weight.device.type == "cpu")
+
+
+def _shape(layer: nn.Module, gelu: bool) -> kernel_choice.Shape:
+    w = layer.weight
+    in_out = isinstance(layer, Conv1D)
+    in_f, out_f = (w.shape[0], w.shape[1]) if in_out else (w.shape[1], w.shape[0])
+    return kernel_choice.Shape(in_f, out_f, str(w.dtype).removeprefix("torch."), in_out, gelu)
+
+
+def _column_major(weight: nn.Parameter) -> None:
+    """Store `weight` (``[in, out]``) column-major, so that its transpose is contiguous. Same
+    shape, same values; the Parameter object stays the same."""
+    if not weight.t().is_contiguous():
+        weight.data = weight.data.t().contiguous().t()
+
+
+def _row_major(weight: nn.Parameter) -> None:
+    """Undo :func:`_column_major` (the stock layout)."""
+    if not weight.is_contiguous():
+        weight.data = weight.data.contiguous()
