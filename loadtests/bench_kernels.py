@@ -16,22 +16,17 @@ each engine's largest NLL difference from stock (reuse off when it runs, else on
 busy with other work, where wall-clock ratios do not. The workload and checkpoint are
 bench_probe's (``--model medium``: DialoGPT-medium shapes).
 
-    python loadtests/bench_kernels.py --model medium --repeat 3
-    python loadtests/bench_kernels.py --model medium --threads 1 --reuse on --groups 6
+    python -m loadtests.bench_kernels --model medium --repeat 3
+    python -m loadtests.bench_kernels --model medium --threads 1 --reuse on --groups 6
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SETTINGS = ("stock", "gelu-only", "routed")
 
@@ -49,7 +44,8 @@ def main(argv=None) -> int:
     from dialscore_server.checkpoints.loading import load_model, set_threads
     from dialscore_server.nll.engine import kernel_choice, kernels
     from dialscore_server.nll.engine.engine import NLLEngine
-    from loadtests.bench_probe import DEFAULT_GROUPS, attribution_workload, checkpoint, model_config
+    from loadtests.bench_probe import DEFAULT_GROUPS
+    from loadtests.common import attribution_workload, checkpoint, model_config
 
     set_threads(args.threads)
     reuses = {"on": (True,), "off": (False,), "both": (True, False)}[args.reuse]
@@ -67,8 +63,9 @@ def main(argv=None) -> int:
     print("routed:", {k: v for k, v in engines["routed", reuses[0]].kernels.items() if k != "routes"})
     for key, route in sorted(kernel_choice.described().items()):
         print(f"  route {key}: {route}")
-    groups, n_pairs, _ = attribution_workload(args.groups or DEFAULT_GROUPS[args.model],
-                                              config.format.why_turn)
+    workload = attribution_workload(args.groups or DEFAULT_GROUPS[args.model],
+                                    config.format.why_turn)
+    groups, n_pairs = workload.groups, workload.pairs
     encoded = [engines["stock", reuses[0]].encode(it) for g in groups for it in g]
     print(f"{len(groups)} groups, {len(encoded)} items, {n_pairs} pairs, "
           f"{sum(e.cost for e in encoded)} item tokens, {args.threads} threads")
@@ -111,4 +108,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -10,8 +10,6 @@ only.
 
 from __future__ import annotations
 
-from dialscore_server import compat
-
 import argparse
 import asyncio
 import json
@@ -31,6 +29,7 @@ import httpx
 from dialscore.probes import SAMPLE_DATA
 from dialscore.probes.corruptions import corrupt_dialogues
 from dialscore.probes.data import load_dialogues
+from dialscore_server import compat
 from dialscore_server.checkpoints.loading import set_threads
 from dialscore_server.checkpoints.registry import ModelConfig, stand_in_registry
 from dialscore_server.checkpoints.standins import (
