@@ -33,8 +33,10 @@ async def answer(pending, timeout: float, queue_timeout: float | None):
     A request that no replica accepts within `queue_timeout` (queued behind busy replicas, or
     waiting while a crashed replica is replaced: Serve's router would hold it until one is back)
     is cancelled and answered 503 ``overloaded`` with Retry-After. The whole call is bounded by
-    `timeout` (then TimeoutError, which the caller maps to 408, and the call is cancelled).
-    Ray errors are raised as they are (see :func:`from_ray`).
+    `timeout` (then TimeoutError, which the caller maps to 408). However the wait ends without an
+    answer (a deadline, a Ray error, or the caller cancelled because its client left), the call
+    itself is cancelled, so a replica never computes for nobody. Ray errors are raised as they
+    are (see :func:`from_ray`).
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -42,17 +44,19 @@ async def answer(pending, timeout: float, queue_timeout: float | None):
         assigned = compat.replica_accepted(pending)
     else:
         assigned = None
-    if assigned is not None:
-        try:
-            await asyncio.wait_for(asyncio.shield(assigned), queue_timeout)
-        except TimeoutError:
-            cancel(pending)
-            raise ServiceError(
-                "overloaded", f"no model replica accepted the request within {queue_timeout:g} s "
-                "(all busy, or restarting after a failure); retry later", retry_after=2.0) from None
     try:
+        if assigned is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(assigned), queue_timeout)
+            except TimeoutError:
+                raise ServiceError(
+                    "overloaded", f"no model replica accepted the request within "
+                    f"{queue_timeout:g} s (all busy, or restarting after a failure); retry later",
+                    retry_after=2.0) from None
         return await asyncio.wait_for(pending, max(0.0, deadline - loop.time()))
-    except TimeoutError:
+    except BaseException:
+        # Whatever ends the wait early (a deadline, or the caller cancelled: its client left)
+        # cancels the call, wherever it is: queued or computing.
         cancel(pending)
         raise
 
