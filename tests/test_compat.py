@@ -177,3 +177,13 @@ def test_entry_prefix_cache_layer():
     if layers[0].get_seq_length() != 7 or layers[0].keys.shape[0] != 2:
         broken("prefix_cache_layer", "the layer stored what it was given, or no longer reports its "
                "prefix length from its keys")
+
+
+def test_entry_session_logs_dir():
+    import ray._private.worker as worker
+    from ray._private.node import Node
+
+    if not hasattr(worker, "_global_node"):
+        broken("session_logs_dir", "ray._private.worker has no _global_node")
+    if not callable(getattr(Node, "get_logs_dir_path", None)):
+        broken("session_logs_dir", "Ray's Node has no get_logs_dir_path()")

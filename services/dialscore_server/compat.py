@@ -17,6 +17,8 @@ quantized_linear_dynamic  torch         ``torch.ops.quantized.linear_dynamic``
 prefix_cache_layer        transformers  subclassing ``cache_utils.DynamicLayer``: its fields
                                         ``keys``, ``values``, ``is_initialized``, ``dtype``,
                                         ``device`` and its ``update`` contract
+session_logs_dir          Ray           ``ray._private.worker._global_node.get_logs_dir_path``
+                                        (the test suite's log audit only)
 ========================  ============  ======================================================
 
 Nothing here imports torch, transformers or Ray at module level: the gateway imports this module
@@ -30,7 +32,7 @@ from typing import Any
 
 #: The entries of this module, for the guard tests.
 ENTRIES = ("replica_accepted", "onednn_linear", "quantized_linear_prepack",
-           "quantized_linear_dynamic", "prefix_cache_layer")
+           "quantized_linear_dynamic", "prefix_cache_layer", "session_logs_dir")
 
 
 def replica_accepted(response: Any) -> Awaitable[Any] | None:
@@ -148,3 +150,16 @@ def prefix_cache_layer(keys: Any, values: Any, index: Any) -> Any:
 
         _PREFIX_LAYER = ExpandedPrefixLayer
     return _PREFIX_LAYER(keys, values, index)
+
+
+def session_logs_dir() -> str:
+    """The log folder of the Ray session this process is connected to (every worker's, replica's
+    and Serve's log files are under it).
+
+    Why: the test suite audits every log file of its session for request bodies; Ray's public API
+    does not say where a session's logs are when ``ray.init`` started the session (the path
+    holds its start time). Ray's own ``_global_node.get_logs_dir_path()`` does. Without it, that
+    audit cannot find the files (the service itself never needs it)."""
+    import ray._private.worker as worker
+
+    return str(worker._global_node.get_logs_dir_path())

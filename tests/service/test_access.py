@@ -60,10 +60,9 @@ def test_cors_is_off_by_default(served):
 
 
 def _log_files() -> list[Path]:
-    import ray
+    from dialscore_server import compat
 
-    logs = Path(ray._private.worker._global_node.get_logs_dir_path())
-    return [p for p in logs.rglob("*") if p.is_file()]
+    return [p for p in Path(compat.session_logs_dir()).rglob("*") if p.is_file()]
 
 
 def test_request_bodies_are_not_logged(served):
