@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 
+from waiting import wait_until  # noqa: F401 - where the service tests find it
+
 
 #: The header deadline of the session's front door (conftest.py's `served`), in seconds.
 HEADER_TIMEOUT_S = 3.0
@@ -116,60 +118,3 @@ def work(app: str, model: str) -> dict[str, float]:
     }
     got["in_flight"] = got["admitted"] - got["done"] - got["dropped"] - got["wasted"]
     return got
-
-
-def wait_until(check, what: str, limit_s: float = 120.0, step_s: float = 0.25):
-    """Poll ``check()`` until it returns something truthy and return it; fail naming `what` if
-    it never does (a hang guard: metrics reach the agents about once a second)."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {limit_s:.0f} s")
-        time.sleep(step_s)
-
-
-class Posts:
-    """JSON POSTs sent at once, each from a thread of its own, and their answers as they come:
-    ``answers[label]`` is the response (or the httpx error) of the body sent under `label`."""
-
-    def __init__(self, url: str, bodies: dict[str, dict[str, Any]], timeout_s: float = 300.0):
-        import threading
-
-        self.labels = list(bodies)
-        self.answers: dict[str, httpx.Response | httpx.HTTPError] = {}
-        self._changed = threading.Condition()
-
-        def post(label: str, body: dict[str, Any]) -> None:
-            try:
-                answer: httpx.Response | httpx.HTTPError = httpx.post(url, json=body, timeout=timeout_s)
-            except httpx.HTTPError as exc:
-                answer = exc
-            with self._changed:
-                self.answers[label] = answer
-                self._changed.notify_all()
-
-        for label, body in bodies.items():
-            threading.Thread(target=post, args=(label, body), daemon=True).start()
-
-    def wait_answers(self, n: int, limit_s: float = 120.0) -> dict[str, httpx.Response | httpx.HTTPError]:
-        """The answers once at least `n` have come (a copy); fail if they do not within `limit_s`
-        (a hang guard)."""
-        with self._changed:
-            if not self._changed.wait_for(lambda: len(self.answers) >= n, limit_s):
-                raise AssertionError(f"{len(self.answers)} of {len(self.labels)} answers, not {n}, "
-                                     f"within {limit_s:.0f} s")
-            return dict(self.answers)
-
-    def answer(self, label: str, limit_s: float = 120.0) -> httpx.Response:
-        """The response to the body sent under `label`, once it came (a hang guard: `limit_s`);
-        an httpx error is raised."""
-        with self._changed:
-            if not self._changed.wait_for(lambda: label in self.answers, limit_s):
-                raise AssertionError(f"no answer to {label} within {limit_s:.0f} s")
-            answer = self.answers[label]
-        if isinstance(answer, httpx.HTTPError):
-            raise answer
-        return answer

@@ -19,7 +19,8 @@ import pytest
 import ray
 
 from gated_engines import open_gate
-from serve_apps import ONE_THREAD, Posts, app_args, deploy_app
+from serve_apps import ONE_THREAD, app_args, deploy_app
+from waiting import Posts
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
 

@@ -20,7 +20,7 @@ from dialscore.client import DialscoreClient
 from dialscore.probes.data import load_dialogues
 from dialscore.probes.report import write_outputs
 from dialscore.probes.run import SCORES_FILE, ScoreStore, plan_probes
-from serve_apps import wait_until
+from waiting import wait_until
 
 pytestmark = pytest.mark.serve
 
