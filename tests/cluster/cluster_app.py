@@ -24,7 +24,7 @@ GPU_WORKER = {"num_cpus": 2, "num_gpus": 1, "env_vars": NODE_ENV}
 MODEL = "dialogpt-medium"
 
 
-def scaled_down(stand_ins: Path, **overrides: Any) -> dict[str, Any]:
+def scaled_down(stand_ins: Path, engine: str | None = None, **overrides: Any) -> dict[str, Any]:
     """deployments/cluster.yaml's application args, scaled down to fit 2 cores:
 
     * the stand-in checkpoints instead of hub ids, and only the first dialogue model (each
@@ -34,13 +34,16 @@ def scaled_down(stand_ins: Path, **overrides: Any) -> dict[str, Any]:
     * the queue timeout 5 s (a request waiting for a re-placed replica gets 503, then retries).
 
     Kept as they are: `num_gpus: 1` per model replica, 2 gateway replicas at most 1 per node,
-    `auth_required`, the request timeout, the batching options.
+    `auth_required`, the request timeout, the batching options. `engine` (an import path)
+    replaces the model's engine class (the tests serve the gated fake engine).
     """
     args = yaml.safe_load((ROOT / "deployments" / "cluster.yaml").read_text())["applications"][0]["args"]
     model = args["models"][0]
     assert model["name"] == MODEL and model["serving"]["num_gpus"] >= 1
     serving = {k: v for k, v in model["serving"].items() if k != "autoscaling_config"}
     serving.update(num_cpus=0.25, num_threads=1, num_replicas=2)
+    if engine is not None:
+        serving["engine"] = engine
     args.update(stand_ins=str(stand_ins), models=[{"name": MODEL, "serving": serving}], classifiers=[],
                 gateway_num_cpus=0.25, rerank_num_cpus=0.1, queue_timeout_s=5, **overrides)
     return args
