@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any
 
 import ray
@@ -114,16 +115,28 @@ def open_gate(node_id: str | None = None) -> Any:
     """A new, closed gate for the replicas (the previous one, if any, is killed first); on the
     node `node_id` when given (a node the test will not kill). Keep the handle: Ray ends an
     actor nobody holds a handle to."""
-    try:
-        ray.kill(ray.get_actor(GATE_NAME, namespace=GATE_NAMESPACE))
-    except ValueError:
-        pass
+    _end_gate()
     options: dict[str, Any] = {"name": GATE_NAME, "namespace": GATE_NAMESPACE}
     if node_id is not None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
     return Gate.options(**options).remote()
+
+
+def _end_gate(limit_s: float = 60.0) -> None:
+    """Kill the gate, if there is one, and wait until its name is free (``ray.kill`` returns
+    before the actor is dead; its name is released with it). A hang guard: `limit_s`."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            old = ray.get_actor(GATE_NAME, namespace=GATE_NAMESPACE)
+        except ValueError:
+            return
+        ray.kill(old)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the previous gate still holds its name after {limit_s:.0f} s")
+        time.sleep(0.05)
 
 
 def gate() -> Any:

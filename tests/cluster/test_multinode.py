@@ -188,8 +188,8 @@ def test_losing_a_worker_node_mid_probe_run_loses_nothing(cluster, gate, tmp_pat
     assert not nodes[victim]["is_head"], held
     started = time.monotonic()
     kill_s = cluster.kill_worker(victim)
+    gate.open()  # before the new node: the cluster's child process does one thing at a time
     adder = InBackground(lambda: cluster.add_worker(**GPU_WORKER))
-    gate.open()
     report = run.result(2 * HANG_S)
     answers.close_inner()
     new_node = adder.result(HANG_S)
