@@ -56,13 +56,14 @@ def kill_replica(deployment: str) -> str:
 
 def probe_until(url: str, body: dict, done: Callable[[httpx.Response], bool]) -> list[Answer]:
     """Requests one at a time, without retries, until one is `done` (a hang guard: HANG_S);
-    every answer."""
+    every answer. Each must be a 200 or a retryable failure that says when (424, 503)."""
     log: list[Answer] = []
     deadline = time.monotonic() + HANG_S
     with httpx.Client(timeout=HANG_S) as http:
         while True:
             r = http.post(url, json=body)
             log.append(Answer(r.status_code, r.headers.get("x-error-type"), r.headers.get("retry-after")))
+            assert_retryable(log)
             if done(r):
                 return log
             assert time.monotonic() < deadline, f"not done within {HANG_S:.0f} s: {log}"
@@ -116,12 +117,10 @@ def outage_then_recovery(gate, deployment: str, old: str, url: str, body: dict) 
     state = ray.get(gate.wait_starting.remote(1, HANG_S))
     assert state["starting"] == 1, state  # Serve is replacing the replica: none accepts meanwhile
     outage = probe_until(url, body, is_shed)
-    assert_retryable(outage)
     started = time.monotonic()
     ray.get(gate.allow_starts.remote(1))
     ray.get(gate.allow.remote(10_000))
     recovery = probe_until(url, body, lambda r: r.status_code == 200)
-    assert_retryable(recovery)
     new = wait_until(lambda: [r for r in replicas(deployment) if r != old], "a new replica listed", HANG_S)
     assert len(new) == 1 and old not in replicas(deployment), (old, replicas(deployment))
     return {"outage": dict(Counter(a.status for a in outage)),
