@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from cluster_gate import NODE_PYTHONPATH, ClusterGate
-from localcluster import sample_sum
+from cluster_metrics import total
 from waiting import Posts, wait_until
 
 pytestmark = [pytest.mark.slow]
@@ -72,12 +72,12 @@ def sample(cluster, started: float) -> Sample:
 
 def in_progress(cluster) -> float:
     """Requests the model replicas are working on now (Serve's gauge, set continually)."""
-    return sample_sum(cluster.metrics(), "ray_serve_replica_processing_queries", deployment=DEPLOYMENT)
+    return total(cluster, "ray_serve_replica_processing_queries", deployment=DEPLOYMENT)
 
 
 def queue_length(cluster) -> float:
     """The gateway's own gauge: requests sent to the model and not answered yet."""
-    return sample_sum(cluster.metrics(), "ray_dialscore_queue_length", model=MODEL)
+    return total(cluster, "ray_dialscore_queue_length", model=MODEL)
 
 
 def test_replicas_and_nodes_scale_up_under_load_and_down_after(stand_ins):

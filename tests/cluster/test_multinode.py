@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from cluster_app import GPU_WORKER, MODEL, TOKEN, scaled_down
+from cluster_metrics import scrape, total
 from localcluster import sample_sum
 from probe_checks import Answers, assert_retryable, assert_scored_once, probe_run
 from waiting import InBackground, wait_until
@@ -44,10 +45,6 @@ FRESH = httpx.Limits(max_keepalive_connections=0)
 
 def running(cluster, deployment: str) -> list[dict]:
     return [r for r in cluster.replicas().get(deployment, []) if r["state"] == "RUNNING"]
-
-
-def totals(cluster, name: str, **labels: str) -> float:
-    return sample_sum(cluster.metrics(), name, **labels)
 
 
 def per_replica(texts: dict[str, str], name: str, replicas: list[str], **labels: str) -> dict[str, float]:
@@ -94,7 +91,7 @@ def test_requests_are_served_on_two_nodes_and_metrics_total_exactly(cluster):
     ok = {"endpoint": "/v1/nll", "status": "200"}
 
     def snapshot() -> dict[str, Any]:
-        texts = cluster.metrics()
+        texts = scrape(cluster)
         return {"requests": sample_sum(texts, "ray_dialscore_requests_total", **ok),
                 "items": sample_sum(texts, "ray_dialscore_items_scored_total", model=MODEL),
                 "gateways": per_replica(texts, "ray_dialscore_requests_total", gateways, **ok),
@@ -139,11 +136,11 @@ def test_every_gateway_replica_refuses_a_request_without_the_token(cluster):
     fresh connection, until each gateway replica has refused some; all are refused."""
     gateways = [r["replica_id"] for r in running(cluster, "gateway")]
     refused = {"endpoint": "/v1/models", "type": "unauthorized"}
-    before = per_replica(cluster.metrics(), "ray_dialscore_errors_total", gateways, **refused)
+    before = per_replica(scrape(cluster), "ray_dialscore_errors_total", gateways, **refused)
     answers: list[httpx.Response] = []
 
     def counted(sent: int) -> dict | None:
-        now = per_replica(cluster.metrics(), "ray_dialscore_errors_total", gateways, **refused)
+        now = per_replica(scrape(cluster), "ray_dialscore_errors_total", gateways, **refused)
         per = {r: now[r] - before[r] for r in gateways}
         if sum(per.values()) < sent:
             return None
@@ -152,12 +149,12 @@ def test_every_gateway_replica_refuses_a_request_without_the_token(cluster):
     with httpx.Client(base_url=cluster.url, timeout=HANG_S, limits=FRESH) as http:
         def send_round() -> None:
             wrong = {"Authorization": "Bearer nope"}
-            answers.extend(http.get("/v1/models", headers=wrong if k % 3 == 0 else None)
-                           for k in range(ROUND))
+            sent = [http.get("/v1/models", headers=wrong if k % 3 == 0 else None) for k in range(ROUND)]
+            assert {r.status_code for r in sent} == {401}, [r.status_code for r in sent]
+            answers.extend(sent)
 
         n, got = until_every_replica_answers(send_round, counted, "requests without the token")
         assert http.get("/v1/models", headers=AUTH).status_code == 200
-    assert {r.status_code for r in answers} == {401}
     assert all(r.json()["error"]["type"] == "unauthorized" for r in answers)
     assert sum(got["per"].values()) == n, got
     print(f"\n{n} requests without the token, 401 from each gateway replica: {got['per']}")
@@ -166,7 +163,7 @@ def test_every_gateway_replica_refuses_a_request_without_the_token(cluster):
 def in_progress(cluster, gateway: str) -> float:
     """Requests the gateway replica `gateway` is working on now (Serve's own gauge, which each
     replica sets continually)."""
-    return totals(cluster, "ray_serve_replica_processing_queries", deployment="gateway", replica=gateway)
+    return total(cluster, "ray_serve_replica_processing_queries", deployment="gateway", replica=gateway)
 
 
 def test_losing_a_worker_node_mid_probe_run_loses_nothing(cluster, gate, tmp_path):
