@@ -77,7 +77,8 @@ class Answers(httpx.BaseTransport):
         guard)."""
         with self._changed:
             if not self._changed.wait_for(lambda: any(a.status == status for a in self.log), limit_s):
-                raise AssertionError(f"no {status} within {limit_s:.0f} s: {Counter(a.status for a in self.log)}")
+                seen = Counter(a.status for a in self.log)
+                raise AssertionError(f"no {status} within {limit_s:.0f} s: {seen}")
 
     def close(self) -> None:  # shared by several clients: closed by the test, not by each client
         pass

@@ -1,7 +1,7 @@
 """Autoscaling across nodes with Ray's fake autoscaler (`python -m loadtests.autoscale_cluster` is
-the timed demo, with its timeline plot): requests in progress on the model replica make Serve ask for a
-second model replica (`num_gpus: 1`), the autoscaler starts a second GPU-typed worker node for
-it; once they are answered the replica stops and the idle node is removed.
+the timed demo, with its timeline plot): requests in progress on the model replica make Serve ask
+for a second model replica (`num_gpus: 1`), the autoscaler starts a second GPU-typed worker node
+for it; once they are answered the replica stops and the idle node is removed.
 
 The load is made, not timed: the model is served by the gated fake engine (cluster_gate.py), and
 the test holds LOAD requests on the one replica, so Serve's count of requests in progress there

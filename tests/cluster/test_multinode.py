@@ -220,7 +220,8 @@ def test_losing_a_gateway_replica_mid_probe_run_is_survived(cluster, gate, tmp_p
     gate.wait_for(1, CALLS_BEFORE_KILL, HANG_S)
     assert run.is_alive()
     # The run's requests are held at the model: the gateway replicas working on them say so.
-    busy = wait_until(lambda: [r for r in running(cluster, "gateway") if in_progress(cluster, r["replica_id"]) >= 1],
+    busy = wait_until(lambda: [r for r in running(cluster, "gateway")
+                               if in_progress(cluster, r["replica_id"]) >= 1],
                       "a gateway replica working on a held request", HANG_S)
     victim = busy[0]
     started = time.monotonic()

@@ -1,7 +1,8 @@
-"""Overload, by construction (`python -m loadtests.soak` runs the long real soak): with more requests than a
-model replica and its queue can hold, the service admits exactly what they hold and sheds every
-other request at once with 503 ``overloaded`` and Retry-After; an admitted request waits behind
-at most what the replica and the queue held when it came; once the load stops, it serves again.
+"""Overload, by construction (`python -m loadtests.soak` runs the long real soak): with more
+requests than a model replica and its queue can hold, the service admits exactly what they hold
+and sheds every other request at once with 503 ``overloaded`` and Retry-After; an admitted
+request waits behind at most what the replica and the queue held when it came; once the load
+stops, it serves again.
 
 The app's one model (`gated-tiny`) holds 1 request and queues 1 (``max_ongoing_requests: 1``,
 ``max_queued_requests: 1``) and serves the gated fake NLL engine (gated_engines.py): every
