@@ -29,7 +29,8 @@ Caller = dict[str, Any]
 class Gate:
     """Engine calls enter one at a time as the test allows: :meth:`enter` waits for a permit,
     :meth:`allow` gives some, :meth:`close` takes back those not used. Start-ups likewise:
-    :meth:`start` waits for a start permit, :meth:`allow_starts` gives some.
+    :meth:`start` waits for a start permit, :meth:`allow_starts` gives some, :meth:`close_starts`
+    takes them back.
 
     :meth:`state` says how many calls wait and how many went through, what each call that went
     through computed (``calls``: one label per item or dialogue: its target, or its last turn),
@@ -85,6 +86,11 @@ class Gate:
         async with self.changed:
             self.start_permits += n
             self.changed.notify_all()
+
+    async def close_starts(self) -> None:
+        """Take back the start permits not used yet: from now on every start-up waits."""
+        async with self.changed:
+            self.start_permits = 0
 
     async def wait_for(self, waiting: int, passed: int, timeout_s: float) -> dict[str, Any]:
         """The state once at least `waiting` calls wait and `passed` went through (or after

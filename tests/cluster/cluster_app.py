@@ -22,6 +22,10 @@ NODE_ENV = {"DIALSCORE_API_TOKEN": TOKEN}
 HEAD = {"num_cpus": 2, "num_gpus": 0, "env_vars": NODE_ENV}
 GPU_WORKER = {"num_cpus": 2, "num_gpus": 1, "env_vars": NODE_ENV}
 MODEL = "dialogpt-medium"
+#: Serve's own start-up deadline for a proxy (default 5 s, then it is killed and started again,
+#: and `serve.start` fails) raised to a hang guard: on a machine whose cores are busy with other
+#: work, a proxy can take longer than 5 s to start.
+SERVE_ENV = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60"}
 
 
 def scaled_down(stand_ins: Path, engine: str | None = None, **overrides: Any) -> dict[str, Any]:
@@ -45,5 +49,6 @@ def scaled_down(stand_ins: Path, engine: str | None = None, **overrides: Any) ->
     if engine is not None:
         serving["engine"] = engine
     args.update(stand_ins=str(stand_ins), models=[{"name": MODEL, "serving": serving}], classifiers=[],
-                gateway_num_cpus=0.25, rerank_num_cpus=0.1, queue_timeout_s=5, **overrides)
+                gateway_num_cpus=0.25, rerank_num_cpus=0.1, queue_timeout_s=5)
+    args.update(overrides)
     return args

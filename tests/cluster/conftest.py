@@ -12,23 +12,25 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_app import GPU_WORKER, HEAD, scaled_down
+from cluster_app import GPU_WORKER, HEAD, SERVE_ENV, scaled_down
 from cluster_gate import NODE_PYTHONPATH, ClusterGate
 
 
 @pytest.fixture(scope="module")
 def cluster(stand_ins):
     """The cluster with the scaled-down application (gated engine) on a free loopback port; its
-    gate open (``cluster.gate``)."""
+    gate open (``cluster.gate``). A request waits up to 60 s for a replica to accept it (a hang
+    guard): the tests decide what is in flight, so only a machine busy with other work makes a
+    request wait, and its answer must not depend on how busy."""
     from dialscore_server.gateway.embedded import free_port
     from localcluster import LocalCluster
 
     with LocalCluster(head=HEAD, workers=[GPU_WORKER, GPU_WORKER],
-                      env={"PYTHONPATH": NODE_PYTHONPATH}) as local:
+                      env={"PYTHONPATH": NODE_PYTHONPATH, **SERVE_ENV}) as local:
         local.gate = ClusterGate(local)
         local.gate.open()
-        local.url = local.deploy(scaled_down(stand_ins, engine="gated_engines:GatedNLLEngine"),
-                                 http_port=free_port())
+        args = scaled_down(stand_ins, engine="gated_engines:GatedNLLEngine", queue_timeout_s=60)
+        local.url = local.deploy(args, http_port=free_port())
         yield local
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from cluster_app import SERVE_ENV
 from cluster_gate import NODE_PYTHONPATH, ClusterGate
 from cluster_metrics import total
 from waiting import Posts, wait_until
@@ -87,7 +88,7 @@ def test_replicas_and_nodes_scale_up_under_load_and_down_after(stand_ins):
     spec = Autoscaler(resources={"CPU": 2, "GPU": 1}, min_workers=0, max_workers=2, idle_timeout_s=6)
     timeline: list[Sample] = []
     with LocalCluster(head={"num_cpus": 2, "num_gpus": 0}, autoscaler=spec,
-                      env={"PYTHONPATH": NODE_PYTHONPATH}) as cluster:
+                      env={"PYTHONPATH": NODE_PYTHONPATH, **SERVE_ENV}) as cluster:
         started = time.monotonic()
 
         def when(test) -> Sample | None:

@@ -41,6 +41,8 @@ APP = "failure"
 HANG_S = 180.0
 #: Engine calls let through before the kill: the run is under way, far from done.
 CALLS_BEFORE_KILL = 4
+#: Permits enough for any test: the gate is open.
+OPEN = 10**6
 
 
 def replicas(deployment: str) -> list[str]:
@@ -84,18 +86,20 @@ def failing(stand_ins, sharp_stand_ins, served):
         {"name": "roberta-large-mnli", "serve_as": "victim-nli",
          "serving": {**ONE_THREAD, "engine": "gated_engines:StartGatedDetector"}}])
     first = open_gate()  # kept referenced: a gate nobody holds is gone
-    ray.get(first.allow_starts.remote(2))
+    ray.get(first.allow_starts.remote(OPEN))
     with deploy_app(served, APP, args) as app:
         yield app
 
 
 @pytest.fixture()
 def gate(failing):
-    """A fresh gate: engine calls and start-ups wait; afterwards every one may pass."""
+    """A fresh gate: engine calls wait, start-ups may pass (a replica Serve restarts for reasons
+    of its own is not held) until the test closes them; afterwards every one may pass."""
     g = open_gate()
+    ray.get(g.allow_starts.remote(OPEN))
     yield g
-    ray.get(g.allow.remote(10_000))
-    ray.get(g.allow_starts.remote(10_000))
+    ray.get(g.allow.remote(OPEN))
+    ray.get(g.allow_starts.remote(OPEN))
 
 
 def kill_mid_run(gate, deployment: str, running: InBackground, answers: Answers) -> str:
@@ -105,6 +109,7 @@ def kill_mid_run(gate, deployment: str, running: InBackground, answers: Answers)
     state = ray.get(gate.wait_for.remote(1, CALLS_BEFORE_KILL, HANG_S))
     assert state["passed"] == CALLS_BEFORE_KILL and state["waiting"] >= 1, state
     assert running.is_alive()
+    ray.get(gate.close_starts.remote())  # the replacement waits until the test lets it start
     old = kill_replica(deployment)
     answers.wait_for(424, HANG_S)
     return old
@@ -118,8 +123,8 @@ def outage_then_recovery(gate, deployment: str, old: str, url: str, body: dict) 
     assert state["starting"] == 1, state  # Serve is replacing the replica: none accepts meanwhile
     outage = probe_until(url, body, is_shed)
     started = time.monotonic()
-    ray.get(gate.allow_starts.remote(1))
-    ray.get(gate.allow.remote(10_000))
+    ray.get(gate.allow_starts.remote(OPEN))
+    ray.get(gate.allow.remote(OPEN))
     recovery = probe_until(url, body, lambda r: r.status_code == 200)
     new = wait_until(lambda: [r for r in replicas(deployment) if r != old], "a new replica listed", HANG_S)
     assert len(new) == 1 and old not in replicas(deployment), (old, replicas(deployment))
