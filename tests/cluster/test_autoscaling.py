@@ -23,32 +23,28 @@ import pytest
 from cluster_app import SERVE_ENV
 from cluster_gate import NODE_PYTHONPATH, ClusterGate
 from cluster_metrics import total
+from loadtests.autoscale_cluster import AUTOSCALING, DEPLOYMENT, MODEL
+from loadtests.autoscale_cluster import app_args as demo_app_args
 from waiting import Posts, wait_until
 
 pytestmark = [pytest.mark.slow]
 
-MODEL = "dialogpt-medium"
-DEPLOYMENT = f"nll-{MODEL}"
-#: Serve autoscaling of the model, 1-2 replicas: with LOAD requests in progress and a target of
-#: 2 per replica, Serve wants more than 2 replicas (capped at 2) while they are held, 1 after.
-AUTOSCALING = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 2,
-               "upscale_delay_s": 2, "downscale_delay_s": 10, "metrics_interval_s": 1,
-               "look_back_period_s": 3}
-LOAD = 8
+#: With LOAD requests in progress and the demo's target per replica, Serve wants more replicas
+#: than its maximum (2) while they are held, its minimum (1) after.
+LOAD = 4 * AUTOSCALING["target_ongoing_requests"]
 #: A hang guard for every wait (a node and a replica start in seconds; minutes mean stuck).
 HANG_S = 240.0
 
 
 def app_args(stand_ins: Path) -> dict[str, Any]:
-    """The stand-in model with `num_gpus: 1`, Serve autoscaling 1-2 replicas, the gated engine;
-    one gateway (on the head: the only node when it is placed). No queue deadline and a long
-    request deadline: the held requests wait for the test, not for a clock."""
-    return {"stand_ins": str(stand_ins), "request_timeout_s": 3 * HANG_S, "queue_timeout_s": None,
-            "gateway_num_cpus": 0.25,
-            "models": [{"name": MODEL, "serving": {
-                "num_cpus": 0.5, "num_gpus": 1, "num_threads": 1, "max_ongoing_requests": 16,
-                "max_queued_requests": 256, "autoscaling_config": AUTOSCALING,
-                "engine": "gated_engines:GatedNLLEngine"}}]}
+    """The demo's application (the stand-in model with `num_gpus: 1`, Serve autoscaling 1-2
+    replicas; one gateway, on the head: the only node when it is placed), served by the gated
+    engine. No queue deadline and a long request deadline: the held requests wait for the test,
+    not for a clock."""
+    args = demo_app_args(stand_ins)
+    args.update(request_timeout_s=3 * HANG_S, queue_timeout_s=None)
+    args["models"][0]["serving"]["engine"] = "gated_engines:GatedNLLEngine"
+    return args
 
 
 @dataclass(frozen=True)
@@ -85,6 +81,7 @@ def test_replicas_and_nodes_scale_up_under_load_and_down_after(stand_ins):
     from dialscore_server.gateway.embedded import free_port
     from localcluster import Autoscaler, LocalCluster
 
+    assert (AUTOSCALING["min_replicas"], AUTOSCALING["max_replicas"]) == (1, 2), AUTOSCALING
     spec = Autoscaler(resources={"CPU": 2, "GPU": 1}, min_workers=0, max_workers=2, idle_timeout_s=6)
     timeline: list[Sample] = []
     with LocalCluster(head={"num_cpus": 2, "num_gpus": 0}, autoscaler=spec,
