@@ -52,3 +52,17 @@ def scaled_down(stand_ins: Path, engine: str | None = None, **overrides: Any) ->
                 gateway_num_cpus=0.25, rerank_num_cpus=0.1, queue_timeout_s=5)
     args.update(overrides)
     return args
+
+
+def deploy(cluster: Any, app_args: Any, *, attempts: int = 5, **kwargs: Any) -> str:
+    """``cluster.deploy(app_args, **kwargs)`` (a LocalCluster), tried again while `serve.start`
+    gives up waiting for its proxies: it waits a fixed 60 s (Ray Serve's HTTP_PROXY_TIMEOUT), and
+    on a machine busy with other work they can take longer. Serve goes on starting them, and the
+    next try connects to the running Serve. `attempts` is a hang guard."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return cluster.deploy(app_args, **kwargs)
+        except TimeoutError as exc:
+            if "HTTP proxies not available" not in str(exc) or attempt == attempts:
+                raise
+    raise AssertionError("unreachable")

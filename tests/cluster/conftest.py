@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_app import GPU_WORKER, HEAD, SERVE_ENV, scaled_down
+from cluster_app import GPU_WORKER, HEAD, SERVE_ENV, deploy, scaled_down
 from cluster_gate import NODE_PYTHONPATH, ClusterGate
 
 
@@ -30,7 +30,7 @@ def cluster(stand_ins):
         local.gate = ClusterGate(local)
         local.gate.open()
         args = scaled_down(stand_ins, engine="gated_engines:GatedNLLEngine", queue_timeout_s=60)
-        local.url = local.deploy(args, http_port=free_port())
+        local.url = deploy(local, args, http_port=free_port())
         yield local
 
 

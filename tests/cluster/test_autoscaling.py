@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster_app import SERVE_ENV
+from cluster_app import SERVE_ENV, deploy
 from cluster_gate import NODE_PYTHONPATH, ClusterGate
 from cluster_metrics import total
 from loadtests.autoscale_cluster import AUTOSCALING, DEPLOYMENT, MODEL
@@ -97,7 +97,7 @@ def test_replicas_and_nodes_scale_up_under_load_and_down_after(stand_ins):
         # the autoscaler start the first.
         assert [n for n in cluster.nodes() if not n["is_head"]] == []
         gate = ClusterGate(cluster)
-        url = cluster.deploy(app_args(stand_ins), http_port=free_port(), wait=False)
+        url = deploy(cluster, app_args(stand_ins), http_port=free_port(), wait=False)
         wait_until(lambda: when(lambda s: s.running == 1 and s.worker_nodes == 1),
                    "one model replica running on the first GPU node", HANG_S, step_s=1)
         wait_until(lambda: httpx.get(f"{url}/readyz", timeout=30).status_code == 200, "ready", HANG_S)
