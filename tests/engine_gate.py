@@ -72,7 +72,7 @@ class Gate:
         async with self.changed:
             self.permits = 0
 
-    async def start(self, caller: Caller | None = None) -> None:
+    async def start(self) -> None:
         async with self.changed:
             self.starting += 1
             self.changed.notify_all()

@@ -47,7 +47,7 @@ class StartGatedNLLEngine(GatedNLLEngine):
 
     @classmethod
     def from_options(cls, config, options):
-        ray.get(gate().start.remote(caller()))
+        ray.get(gate().start.remote())
         return super().from_options(config, options)
 
 
@@ -56,7 +56,7 @@ class StartGatedDetector(GatedDetector):
 
     @classmethod
     def from_options(cls, config, options):
-        ray.get(gate().start.remote(caller()))
+        ray.get(gate().start.remote())
         return super().from_options(config, options)
 
 
