@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 
+from waiting import wait_until  # noqa: F401 - where the service tests find it
+
 
 #: The header deadline of the session's front door (conftest.py's `served`), in seconds.
 HEADER_TIMEOUT_S = 3.0
@@ -116,16 +118,3 @@ def work(app: str, model: str) -> dict[str, float]:
     }
     got["in_flight"] = got["admitted"] - got["done"] - got["dropped"] - got["wasted"]
     return got
-
-
-def wait_until(check, what: str, limit_s: float = 120.0, step_s: float = 0.25):
-    """Poll ``check()`` until it returns something truthy and return it; fail naming `what` if
-    it never does (a hang guard: metrics reach the agents about once a second)."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {limit_s:.0f} s")
-        time.sleep(step_s)

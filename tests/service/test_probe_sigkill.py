@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -21,31 +20,44 @@ from dialscore.client import DialscoreClient
 from dialscore.probes.data import load_dialogues
 from dialscore.probes.report import write_outputs
 from dialscore.probes.run import SCORES_FILE, ScoreStore, plan_probes
+from waiting import wait_until
 
 pytestmark = pytest.mark.serve
+
+#: A hang guard for every wait, not a speed requirement.
+HANG_S = 150.0
 
 ROOT = Path(__file__).resolve().parents[2]
 from dialscore.probes import SAMPLE_DATA as SAMPLE
 REPORT_FILES = ("pairs.csv", "pairs.jsonl", "summary.csv", "report.json", "tables.txt")
 
 
-def _probe(url: str, out: Path) -> subprocess.Popen:
+def _probe(url: str, out: Path, log: Path) -> subprocess.Popen:
+    """`dialscore probe` in a subprocess, its output to `log` (a file: a pipe nobody reads
+    while it runs could fill and stall it)."""
     cmd = [sys.executable, "-m", "dialscore.cli", "probe", "--url", url, "--data", str(SAMPLE),
            "--models", "untrained-gpt2", "--settings", "attribution", "--out", str(out),
            "--chunk-size", "8", "--concurrency", "2", "--bootstrap", "50", "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    with open(log, "wb") as sink:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT)
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:]
 
 
 class _GateProxy:
-    """A loopback HTTP proxy to the real app that forwards the first ``allow`` scoring requests
-    and holds every later one until closed. The probe run can then never finish before the
-    test kills it, however fast the machine (on a fast CI runner the whole run once completed
-    between two polls of its output file)."""
+    """A loopback HTTP proxy to the real app that lets exactly ``allow`` scoring requests be
+    answered 200 and holds every later one until closed. The probe run can then never finish
+    before the test kills it, however fast the machine (on a fast CI runner the whole run once
+    completed between two polls of its output file), and it stores exactly ``allow`` chunks: a
+    request the app does not answer 200 (a 503 from a busy machine) gives its place back, to
+    the client's retry."""
 
     def __init__(self, upstream: str, allow: int):
         self.release = threading.Event()
-        self.forwarded = 0
+        self.taken = 0  # scoring requests forwarded and not answered otherwise than 200
         lock = threading.Lock()
         gate = self
 
@@ -55,10 +67,11 @@ class _GateProxy:
 
             def _forward(self, method: str) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if self.path.startswith("/v1/nll"):
+                scoring = self.path.startswith("/v1/nll")
+                if scoring:
                     with lock:
-                        gate.forwarded += 1
-                        held = gate.forwarded > allow
+                        held = gate.taken >= allow
+                        gate.taken += not held
                     if held:
                         gate.release.wait(300)
                         try:
@@ -68,8 +81,14 @@ class _GateProxy:
                         return
                 headers = {k: v for k, v in self.headers.items()
                            if k.lower() in ("content-type", "authorization", "accept")}
-                resp = httpx.request(method, upstream + self.path, content=body, headers=headers,
-                                     timeout=120)
+                resp: httpx.Response | None = None
+                try:
+                    resp = httpx.request(method, upstream + self.path, content=body, headers=headers,
+                                         timeout=HANG_S)
+                finally:
+                    if scoring and (resp is None or resp.status_code != 200):
+                        with lock:
+                            gate.taken -= 1
                 self.send_response(resp.status_code)
                 self.send_header("Content-Type", resp.headers.get("content-type", "application/json"))
                 self.send_header("Content-Length", str(len(resp.content)))
@@ -105,17 +124,20 @@ def test_sigkill_mid_run_then_resume_scores_every_item_once(served, tmp_path):
     scores = out / SCORES_FILE
 
     # 1. Start through a proxy that lets 6 chunks of 8 through and holds the rest; SIGKILL once
-    #    they are stored, with later requests in flight.
+    #    all 48 rows are stored whole (the run can store no more: the next requests are held),
+    #    with later requests in flight.
     gate = _GateProxy(served.url, allow=6)
+    log = tmp_path / "probe.log"
     try:
-        proc = _probe(gate.url, out)
-        deadline = time.monotonic() + 120
-        while len(_lines(scores)) < 48 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        assert proc.poll() is None, f"the run ended before it could be killed: {proc.stdout.read().decode()[-2000:]}"
+        proc = _probe(gate.url, out, log)
+
+        def stored_all_it_can() -> bool:
+            assert proc.poll() is None, f"the run ended before it could be killed: {_tail(log)}"
+            return len(ScoreStore(scores).load()) >= 6 * 8
+
+        wait_until(stored_all_it_can, "the 6 chunks let through stored", HANG_S)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-        proc.stdout.close()
+        proc.wait(HANG_S)
     finally:
         gate.close()
     stored = ScoreStore(scores).load()
@@ -123,9 +145,8 @@ def test_sigkill_mid_run_then_resume_scores_every_item_once(served, tmp_path):
     assert not any((out / name).exists() for name in REPORT_FILES), "a report before the scores were complete"
 
     # 2. Resume: only the missing items are sent; the run completes.
-    proc = _probe(served.url, out)
-    log = proc.communicate(timeout=300)[0].decode()
-    assert proc.returncode == 0, log[-3000:]
+    proc = _probe(served.url, out, log)
+    assert proc.wait(timeout=2 * HANG_S) == 0, _tail(log)
 
     rows = [json.loads(line) for line in _lines(scores) if line.strip().startswith("{") and line.rstrip().endswith("}")]
     ids = [r["id"] for r in rows]
