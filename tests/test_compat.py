@@ -187,3 +187,12 @@ def test_entry_session_logs_dir():
         broken("session_logs_dir", "ray._private.worker has no _global_node")
     if not callable(getattr(Node, "get_logs_dir_path", None)):
         broken("session_logs_dir", "Ray's Node has no get_logs_dir_path()")
+
+
+def test_entry_fake_head_node_id():
+    try:
+        node_id = compat.fake_head_node_id()
+    except ImportError as error:
+        broken("fake_head_node_id", f"Ray's fake multi-node provider moved: {error}")
+    if len(node_id) != 56 or any(c not in "0123456789abcdef" for c in node_id):
+        broken("fake_head_node_id", f"FAKE_HEAD_NODE_ID {node_id!r} is no longer a 28-byte hex node id")

@@ -32,7 +32,8 @@ from typing import Any
 
 #: The entries of this module, for the guard tests.
 ENTRIES = ("replica_accepted", "onednn_linear", "quantized_linear_prepack",
-           "quantized_linear_dynamic", "prefix_cache_layer", "session_logs_dir")
+           "quantized_linear_dynamic", "prefix_cache_layer", "session_logs_dir",
+           "fake_head_node_id")
 
 
 def replica_accepted(response: Any) -> Awaitable[Any] | None:
@@ -163,3 +164,16 @@ def session_logs_dir() -> str:
     import ray._private.worker as worker
 
     return str(worker._global_node.get_logs_dir_path())
+
+
+def fake_head_node_id() -> str:
+    """The node id Ray's fake multi-node autoscaler provider gives the head node it manages.
+
+    Why: the test suite's local autoscaling cluster (``tests/cluster/localcluster.py``) starts its
+    own head raylet and must give it this id (through ``RAY_OVERRIDE_NODE_ID_FOR_TESTING``) so that
+    the provider recognises it; Ray documents the ``fake_multinode`` provider but not the id,
+    which lives in ``ray.autoscaler._private``. Without it the fake autoscaler never adds a
+    node (the service itself never needs it)."""
+    from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
+
+    return str(FAKE_HEAD_NODE_ID)

@@ -175,12 +175,13 @@ def _start(head: dict[str, Any], workers: list[dict[str, Any]], autoscaler: Auto
 
 def _autoscaling_head(head: dict[str, Any], spec: Autoscaler) -> dict[str, Any]:
     """Head arguments that start Ray's monitor with the fake multi-node provider."""
-    import ray
-    from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
+    import ray.util
+
+    from dialscore_server.compat import fake_head_node_id
 
     os.environ.update({"RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"})
     gcs_port = _free_port()
-    ip = ray._private.services.get_node_ip_address()
+    ip = ray.util.get_node_ip_address()
     head_resources = {"CPU": head["num_cpus"], "GPU": head.get("num_gpus", 0)}
     config = {
         "cluster_name": "dialscore-local", "max_workers": spec.max_workers,
@@ -205,7 +206,7 @@ def _autoscaling_head(head: dict[str, Any], spec: Autoscaler) -> dict[str, Any]:
     # Worker raylets started by the fake provider inherit the monitor's environment.
     os.environ.update(spec.env)
     return {"gcs_server_port": gcs_port, "autoscaling_config": str(path),
-            "env_vars": {**head.get("env_vars", {}), "RAY_OVERRIDE_NODE_ID_FOR_TESTING": FAKE_HEAD_NODE_ID}}
+            "env_vars": {**head.get("env_vars", {}), "RAY_OVERRIDE_NODE_ID_FOR_TESTING": fake_head_node_id()}}
 
 
 def _nodes() -> list[dict[str, Any]]:
