@@ -11,6 +11,7 @@ loadtests/bench_precision.py).
 from __future__ import annotations
 
 import copy
+import random
 import statistics
 
 import pytest
@@ -18,8 +19,9 @@ import torch
 
 from dialscore_server.checkpoints.loading import LoadedModel, load_model
 from dialscore_server.checkpoints.quantize import quantize_int8
-from dialscore_server.checkpoints.standins import reinit_
+from dialscore_server.checkpoints.standins import reinit_, templated_sentences, train_causal
 from dialscore_server.nll.engine.engine import NLLEngine
+from dialscore_server.nll.protocol import NLLItem
 
 from test_prefix_reuse import assert_same, mixed_items
 
@@ -76,7 +78,7 @@ def test_int8_refused_off_cpu(stand_in_registry):
         load_model(cfg)
 
 
-def test_int8_close_to_fp32_and_decisions_agree(pair):
+def test_int8_close_to_fp32(pair):
     fp32, int8 = pair
     items = mixed_items(fp32.model.config.vocab_size, seed=3)
     want = NLLEngine(fp32.config, loaded=fp32).score_encoded(items)[0]
@@ -86,14 +88,46 @@ def test_int8_close_to_fp32_and_decisions_agree(pair):
     assert max(diffs) < INT8_TOL, max(diffs)
     # The numbers are not simply float32's (the int8 path really runs).
     assert statistics.fmean(diffs) > 1e-5
-    # Pair decisions: for every two items, which has the lower NLL. NLLs here span several nats,
-    # so nearly all orders agree; the flips are pairs closer than int8's rounding.
-    n = len(want)
-    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)
-             if abs(want[i].nll - want[j].nll) > 2 * INT8_TOL]
-    agree = statistics.fmean((want[i].nll < want[j].nll) == (got[i].nll < got[j].nll)
-                             for i, j in pairs)
-    assert agree == 1.0
+
+
+@pytest.fixture(scope="module")
+def trained_pair(stand_ins, tmp_path_factory, stand_in_registry) -> tuple[NLLEngine, NLLEngine]:
+    """The gpt2 stand-in trained for 200 steps on templated sentences, in float32 and in int8.
+    (Training stops on steps, not on a clock: the weights do not depend on the machine's speed.)"""
+    out = train_causal(stand_ins / "gpt2", tmp_path_factory.mktemp("trained-int8") / "gpt2",
+                       templated_sentences(3000, seed=21), seconds=3600, max_steps=200, seed=0)
+    cfg = stand_in_registry.get("dialogpt-medium").model_copy(update={"source": str(out)})
+    fp32 = load_model(cfg)
+    model = copy.deepcopy(fp32.model)
+    quantize_int8(model)
+    int8 = LoadedModel(cfg.model_copy(update={"dtype": "int8"}), model, fp32.tokenizer, "cpu", True, None)
+    return NLLEngine(fp32.config, loaded=fp32), NLLEngine(int8.config, loaded=int8)
+
+
+@pytest.mark.slow
+def test_int8_decisions_agree_with_fp32_on_close_pairs_too(trained_pair):
+    """A probe's decision is which of two targets after one context has the lower NLL. On a trained
+    model, over every pair of 4 held-out candidate sentences after each of 100 two-turn contexts
+    (600 decisions), int8 decides as float32 in at least 98% of them (the README's bar for
+    recommending int8 is 99% with a Wilson lower bound of 98%; 98% leaves room for other CPUs'
+    int8 kernels rounding differently). At least a third of the decisions are closer than twice the
+    NLL tolerance, so the agreement is not implied by the closeness asserted above."""
+    fp32, int8 = trained_pair
+    sentences = list(dict.fromkeys(templated_sentences(400, seed=77)))
+    rng = random.Random(3)
+    items, pairs = [], []
+    for _ in range(100):
+        context = tuple(rng.sample(sentences, 2))
+        first = len(items)
+        items += [NLLItem(target=t, context=context) for t in rng.sample(sentences, 4)]
+        pairs += [(first + a, first + b) for a in range(4) for b in range(a + 1, 4)]
+    want, got = fp32.score(items), int8.score(items)
+    close = sum(abs(want[i].nll - want[j].nll) < 2 * INT8_TOL for i, j in pairs)
+    assert close >= len(pairs) / 3, f"only {close} of {len(pairs)} decisions are close"
+    flipped = [(i, j) for i, j in pairs if (want[i].nll < want[j].nll) != (got[i].nll < got[j].nll)]
+    assert len(flipped) <= 0.02 * len(pairs), (
+        f"int8 flips {len(flipped)} of {len(pairs)} decisions; fp32 margins of the flipped: "
+        f"{sorted(round(abs(want[i].nll - want[j].nll), 4) for i, j in flipped)}")
 
 
 def test_prefix_reuse_is_exact_under_int8(pair):
