@@ -35,7 +35,8 @@ import httpx
 from dialscore_server.checkpoints.standins import build_stand_ins, templated_sentences
 from dialscore_server.gateway.embedded import free_port
 from loadtests.common import NLL_MODEL, ROOT, parser, write_json
-from tests.cluster.localcluster import Autoscaler, LocalCluster, sample_sum
+from tests.cluster.localcluster import Autoscaler, LocalCluster
+from tests.ray_metrics import sample_sum
 
 MODEL = NLL_MODEL
 DEPLOYMENT = f"nll-{MODEL}"

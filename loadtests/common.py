@@ -40,7 +40,7 @@ from dialscore_server.gateway.embedded import serve_locally
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine.kernels import onednn_linear_available
 from dialscore_server.nll.serving import NLLScorer
-from tests.service.serve_apps import metric_sum, replica_metrics
+from tests.ray_metrics import replica_metrics, sample_sum
 
 T = TypeVar("T")
 
@@ -497,7 +497,7 @@ def replica_work(app: str, model: str) -> ReplicaWork:
     where = {"application": app, "model": model}
 
     def total(name: str, **labels: str) -> float:
-        return metric_sum(texts, f"ray_dialscore_{name}_total", **where, **labels)
+        return sample_sum(texts, f"ray_dialscore_{name}_total", **where, **labels)
 
     return ReplicaWork(
         admitted=total("work_admitted"), done=total("work_done"),

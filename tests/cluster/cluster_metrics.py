@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from localcluster import sample_sum
+from ray_metrics import sample_sum
 from waiting import wait_until
 
 

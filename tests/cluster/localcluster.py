@@ -323,17 +323,3 @@ def _shutdown() -> None:
             proc.kill()
         except Exception:  # noqa: BLE001 - already gone
             pass
-
-
-def sample_sum(texts: dict[str, str] | list[str], name: str, **labels: str) -> float:
-    """The sum of the samples named `name` whose labels include `labels`, over every node's
-    Prometheus text (the values of :meth:`LocalCluster.metrics`): a cluster-wide total."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    total = 0.0
-    for text in (texts.values() if isinstance(texts, dict) else texts):
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    total += sample.value
-    return total

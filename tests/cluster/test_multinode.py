@@ -23,7 +23,7 @@ import pytest
 
 from cluster_app import GPU_WORKER, MODEL, TOKEN, scaled_down
 from cluster_metrics import scrape, total
-from localcluster import sample_sum
+from ray_metrics import sample_sum
 from probe_checks import Answers, assert_retryable, assert_scored_once, probe_run
 from waiting import InBackground, wait_until
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from ray_metrics import replica_metrics, sample_sum
 from waiting import wait_until  # noqa: F401 - where the service tests find it
 
 
@@ -77,32 +78,6 @@ def deploy_app(served: Served, name: str, args) -> Iterator[Served]:
         serve.delete(name)
 
 
-def replica_metrics() -> list[str]:
-    """The Prometheus text of every node's Ray metrics agent: the series model replicas record
-    (``ray_dialscore_*``), as an operator's Prometheus scrapes them."""
-    import ray
-
-    texts = []
-    for node in ray.nodes():
-        port = node.get("MetricsExportPort")
-        if node.get("Alive") and port:
-            texts.append(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text)
-    return texts
-
-
-def metric_sum(texts: list[str], name: str, **labels: str) -> float:
-    """The sum of the samples named `name` whose labels include `labels`, over `texts`."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    total = 0.0
-    for text in texts:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    total += sample.value
-    return total
-
-
 def work(app: str, model: str) -> dict[str, float]:
     """A replica's work ledger as its counters report it (``dialscore_work_*`` of `model` in the
     Serve application `app`): admitted, done, dropped and wasted work in the ledger's unit, and
@@ -111,10 +86,10 @@ def work(app: str, model: str) -> dict[str, float]:
     texts = replica_metrics()
     where = {"application": app, "model": model}
     got = {
-        "admitted": metric_sum(texts, "ray_dialscore_work_admitted_total", **where),
-        "done": metric_sum(texts, "ray_dialscore_work_done_total", **where),
-        "dropped": metric_sum(texts, "ray_dialscore_work_abandoned_total", kind="dropped", **where),
-        "wasted": metric_sum(texts, "ray_dialscore_work_abandoned_total", kind="wasted", **where),
+        "admitted": sample_sum(texts, "ray_dialscore_work_admitted_total", **where),
+        "done": sample_sum(texts, "ray_dialscore_work_done_total", **where),
+        "dropped": sample_sum(texts, "ray_dialscore_work_abandoned_total", kind="dropped", **where),
+        "wasted": sample_sum(texts, "ray_dialscore_work_abandoned_total", kind="wasted", **where),
     }
     got["in_flight"] = got["admitted"] - got["done"] - got["dropped"] - got["wasted"]
     return got

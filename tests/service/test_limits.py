@@ -12,7 +12,8 @@ import asyncio
 
 import httpx
 
-from serve_apps import metric_sum, replica_metrics, wait_until
+from ray_metrics import replica_metrics, sample_sum
+from serve_apps import wait_until
 import pytest
 
 from fake_api import FakeAPI
@@ -140,7 +141,7 @@ def test_limits_are_checked_before_tokenization_for_a_served_model(served):
     """A served model's token counters do not move for an over-limit request: after it, a valid
     request moves them by exactly its own tokens."""
     def tokens() -> float:
-        return metric_sum(replica_metrics(), "ray_dialscore_tokens_scored_total",
+        return sample_sum(replica_metrics(), "ray_dialscore_tokens_scored_total",
                           application="dialscore", model="dialogpt-medium")
 
     before = tokens()

@@ -8,7 +8,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from serve_apps import ONE_THREAD, app_args, deploy_app, metric_sum, replica_metrics, wait_until
+from ray_metrics import replica_metrics, sample_sum
+from serve_apps import ONE_THREAD, app_args, deploy_app, wait_until
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
 

@@ -11,7 +11,8 @@ import pytest
 from dialscore_server.nll.engine.encoding import NLLItem
 from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.protocol import NLLResponse
-from serve_apps import ONE_THREAD, app_args, deploy_app, metric_sum, replica_metrics, wait_until
+from ray_metrics import replica_metrics, sample_sum
+from serve_apps import ONE_THREAD, app_args, deploy_app, wait_until
 
 pytestmark = pytest.mark.serve
 
@@ -77,7 +78,7 @@ BATCH_METRICS = ("ray_dialscore_batch_requests_count", "ray_dialscore_reused_tok
 def _batch_metrics() -> dict[str, float]:
     """The batching app's replica's batch figures, as its node's metrics agent exports them."""
     texts = replica_metrics()
-    return {n: metric_sum(texts, n, application="batching", model=BATCHED) for n in BATCH_METRICS}
+    return {n: sample_sum(texts, n, application="batching", model=BATCHED) for n in BATCH_METRICS}
 
 
 def _post_concurrently(app, bodies: list[dict]) -> tuple[list[httpx.Response], dict[str, float]]:
