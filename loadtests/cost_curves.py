@@ -23,7 +23,7 @@ expanded prefix cache, logits chunks.
 
 Every point is the best of --reps runs; each curve's times are also shown per unit of work
 (seconds per item / per token / per candidate), which should stay flat or fall where the
-theory says linear or better. This machine is shared: compare points within one run.
+theory says linear or better. On a shared machine, compare points within one run.
 
     python -m loadtests.cost_curves                       # gpt2 stand-in (64 wide), scaled down
     python -m loadtests.cost_curves --model medium --max-items 4096 --max-candidates 256 \\

@@ -6,6 +6,7 @@ Our exception hierarchy::
     ├── APIConnectionError ........... no usable answer: connect failed, connection dropped (after retries)
     │   └── APITimeoutError .......... the client's own timeout fired (httpx.TimeoutException)
     ├── ResponseValidationError ...... a 2xx answer whose body does not match the expected schema
+    ├── RetryBudgetExhaustedError .... a retryable failure not retried: the shared retry budget is spent
     └── APIStatusError ............... the server answered with an error status
         ├── InvalidRequestError ...... 422 invalid_request   (never retried; `param` names the field)
         ├── AuthenticationError ...... 401 unauthorized

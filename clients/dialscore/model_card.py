@@ -2,8 +2,10 @@
 engine (``card()``) through ``GET /v1/models`` to the client, probes and reports.
 
 It lives in the client distribution because both sides need it and the client installs alone;
-the server depends on the client, never the other way round. Both types here *ignore* fields they
-do not know, so an older client keeps reading the cards of a newer server. The server's
+the server depends on the client, never the other way round. Neither type refuses fields it does
+not know, so an older client keeps reading the cards of a newer server: :class:`ModelCard` keeps
+them (``extra="allow"``: readable as attributes and in ``model_dump()``), :class:`DialogueFormat`
+drops them (``extra="ignore"``). The server's
 configuration is strict where it has to be: the registry refuses unknown format keys in YAML
 before a :class:`DialogueFormat` is built (``dialscore_server.checkpoints.registry``).
 """

@@ -1,6 +1,7 @@
-"""The README's tables are read and compared with the code they describe, so the docs cannot
-promise a status or a default the service does not have (text-embeddings-inference's slip:
-docs promising 413 where the code sends 422)."""
+"""The documentation's tables are read and compared with the code they describe, so the docs
+cannot promise a status or a default the service does not have (text-embeddings-inference's slip:
+docs promising 413 where the code sends 422): the error and limit tables of docs/api.md, and the
+README's layout tree."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from pathlib import Path
 from dialscore_server.contract.errors import STATUS, error_responses
 from dialscore_server.contract.limits import Limits
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+API_PAGE = ROOT / "docs" / "api.md"
 
 
-def table(header: list[str]) -> list[list[str]]:
-    """The body rows of the README table whose header row is `header`, or fail."""
-    lines = README.read_text(encoding="utf-8").splitlines()
+def table(header: list[str], page: Path = API_PAGE) -> list[list[str]]:
+    """The body rows of the table of `page` whose header row is `header`, or fail."""
+    lines = page.read_text(encoding="utf-8").splitlines()
     for i, line in enumerate(lines):
         if _cells(line) == header:
             rows = []
@@ -24,7 +27,7 @@ def table(header: list[str]) -> list[list[str]]:
                     break
                 rows.append(_cells(row))
             return rows
-    raise AssertionError(f"README.md has no table headed {header}")
+    raise AssertionError(f"{page.relative_to(ROOT)} has no table headed {header}")
 
 
 def _cells(line: str) -> list[str]:

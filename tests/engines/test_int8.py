@@ -4,8 +4,8 @@ The body's linear layers get int8 weights (dynamic quantization); the head and l
 float32. Checked on the gpt2 stand-in re-initialised at std 0.3 (NLLs vary strongly by token, so a
 wrong position or a quantized head would show): int8 NLLs stay close to float32, the ranking of
 two targets after one source mostly agrees, and prefix reuse gives the same numbers under int8 as
-plain scoring. Tolerances are measured values with margin (BENCHMARKS.md has the full figures from
-loadtests/bench_precision.py).
+plain scoring. Tolerances are measured values with margin (docs/benchmarks/precision.md has the
+full figures from loadtests/bench_precision.py).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from dialscore_server.checkpoints.standins import reinit_
 
 TOL = 1e-4
 #: bf16 vs fp32 on the re-initialised gpt2 stand-in: per-item NLL within this many nats (measured
-#: worst case 0.04, mean 0.012, at std 0.3, where per-item NLLs span 7-13 nats; see BENCHMARKS.md).
+#: worst case 0.04, mean 0.012, at std 0.3, where per-item NLLs span 7-13 nats; see docs/benchmarks/precision.md).
 BF16_TOL = 0.1
 
 

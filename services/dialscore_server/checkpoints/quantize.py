@@ -25,8 +25,8 @@ What stays float32: embeddings, layer norms, attention, the output head (vocabul
 :mod:`dialscore_server.nll.engine.projection`) and the log-softmax; only the body's products are rounded.
 
 ``torch.ao.quantization``'s ``quantize_dynamic`` wraps the same ops with per-tensor activation
-scales (the batch dependence above), so the layers are built directly from the ops. The routes
-compared before choosing, and their speed and agreement with float32: BENCHMARKS.md section 6.
+scales (the batch dependence above), so the layers are built directly from the ops. Speed and
+agreement with float32 of the routes and of this module: docs/benchmarks/precision.md.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 from dialscore_server import compat
 
 #: Quantized engine used for the int8 products (a process-wide PyTorch setting; weights are
-#: prepacked for it; BENCHMARKS.md section 6 compares the engines).
+#: prepacked for it; docs/benchmarks/precision.md compares the engines).
 INT8_ENGINE = "onednn"
 
 

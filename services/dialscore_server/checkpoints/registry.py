@@ -6,7 +6,7 @@ family or training format lives here, so a caller passes turns and gets the fami
 
 The shipped entries (:data:`PAPER_MODELS`) are the models of the CEDAR and DECODE papers, by hub
 id. :func:`stand_in_registry` maps the same names onto the offline stand-in checkpoints that
-``dialscore stand-ins build`` writes (this machine and CI cannot reach the hub).
+``dialscore stand-ins build`` writes, for running without the hub.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Stand-in checkpoints: small random-weight models in the real architectures, built offline.
 
-Neither this machine nor CI can reach the model hub, so the project builds its own checkpoints in
-standard Hugging Face format (config.json, model.safetensors, tokenizer files) and loads them
-through exactly the same ``from_pretrained`` code path as the real ones:
+Checkpoints the project builds itself, without the model hub, in standard Hugging Face format
+(config.json, model.safetensors, tokenizer files), loaded through exactly the same
+``from_pretrained`` code path as the real ones, so tests, benchmarks and the demo run offline:
 
 * ``gpt2``: GPT-2 / DialoGPT-shaped decoder-only LM (also stands in for the TopicalChat GPT-2);
 * ``bart``: BART-shaped encoder-decoder;

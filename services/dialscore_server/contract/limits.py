@@ -1,7 +1,7 @@
 """Request limits: what one request may ask of a deployment, and the checks every route runs.
 
 Limits are configurable per deployment (Serve YAML ``args.limits``), published in its
-``/openapi.json`` and listed in the README. Each is checked before anything is tokenized; a
+``/openapi.json`` and listed in docs/api.md. Each is checked before anything is tokenized; a
 violation is a 413 ``payload_too_large`` whose ``param`` names the field.
 """
 

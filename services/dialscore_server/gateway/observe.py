@@ -3,11 +3,10 @@ count and time it (``dialscore_requests_total``, ``dialscore_request_latency_sec
 ``dialscore_errors_total``).
 
 A plain ASGI middleware rather than Starlette's ``BaseHTTPMiddleware`` (``@app.middleware``):
-that one runs the app in a task group and passes every message through memory streams, which
-cost about as much per request as the whole of POST /v1/nll's own work in the gateway
-(BENCHMARKS.md, "HTTP path breakdown"). What is observed is unchanged: the status and
-``x-error-type`` of the response start, timed when the response starts (as ``call_next``
-returned), once per request that got a response; a request whose client left before any response
+that one runs the app in a task group and passes every message through memory streams, a cost
+per request of the order of POST /v1/nll's own work in the gateway
+(docs/benchmarks/served-path.md). Observed: the status and ``x-error-type`` of the response
+start, timed when the response starts, once per request that got a response; a request whose client left before any response
 is not counted. An exception nobody handled (a bug) is answered here as 500 ``internal``, so it is
 counted too.
 """

@@ -30,9 +30,7 @@ MAX_GROUP_ITEMS = 512
 KV_BUDGET_FACTOR = 4
 #: Continuation rows (sorted by length) start a new pass rather than push a pass's padding above
 #: this share, once the pass already holds MIN_PASS_TOKENS real tokens (smaller matrix products
-#: lose more to overhead than padding costs). 3% rather than 10%: on the CEDAR attribution
-#: workload (CPU, fp32) it cut padding from 9.3% to 4.9% and ran 5% faster on DialoGPT-medium
-#: shapes (10 passes instead of 6) and 10% faster on the small stand-in.
+#: lose more to overhead than padding costs). Measured effect: docs/benchmarks/probe-scoring.md.
 MAX_PASS_WASTE = 0.03
 MIN_PASS_TOKENS = 256
 

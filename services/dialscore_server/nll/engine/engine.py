@@ -91,10 +91,9 @@ if TYPE_CHECKING:
     from dialscore_server.contract.options import ServingOptions
 
 #: Default token budget on a GPU. On CPU the default is sized to the model instead: about 2^20
-#: activations (tokens × width) per pass, 1,024 to 16,384 tokens; a DialoGPT-medium pass of 1,024
-#: tokens keeps each layer's activations nearer the caches and ran 17% faster than 4,096 with
-#: prefix reuse off, 1% with it on (BENCHMARKS.md, loadtests/bench_budget.py), while a 64-wide
-#: stand-in needs big passes to amortise per-pass overhead.
+#: activations (tokens × width) per pass, 1,024 to 16,384 tokens, so each layer's activations stay
+#: near the caches while a narrow model still gets passes big enough to amortise per-pass
+#: overhead (measured by loadtests/bench_budget.py: docs/benchmarks/probe-scoring.md).
 GPU_TOKEN_BUDGET = 4096
 
 

@@ -1,8 +1,8 @@
 """Which float32/bfloat16 linear route a layer shape takes: oneDNN's linear op or PyTorch's own.
 
 Which of the two is faster is a property of the CPU, the torch build, the thread count and the
-product's shape, not of the code (BENCHMARKS.md has both orders, on different CPUs and row
-counts). :func:`onednn_is_faster` therefore times both routes on the shape, and the result is
+product's shape, not of the code (docs/benchmarks/kernels.md has both orders, on different
+CPUs and row counts). :func:`onednn_is_faster` therefore times both routes on the shape, and the result is
 **chosen once per machine and shared by every process on it**: the timings live in
 ``kernel-routes.json`` under :func:`~dialscore_server.nll.engine.route_store.cache_dir`
 (``$DIALSCORE_CACHE_DIR``, default ``~/.cache/dialscore``), keyed by :func:`machine` (CPU model,

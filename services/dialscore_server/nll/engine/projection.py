@@ -16,11 +16,9 @@ from typing import Any
 
 #: On CPU, target positions are projected to the vocabulary in chunks of about this many float32
 #: logits (32 MiB: 166 positions for GPT-2's 50,257 tokens), so the log-softmax reads the logits
-#: while they are still in cache. Measured on DialoGPT-medium's head, 2,811 positions, 2 threads:
-#: projection + log-softmax 0.79 s in chunks of ~167 positions, 0.99 s in 512, 1.20 s in 1,024
-#: (median of 5). It matters for passes with many target positions (long targets, large token
-#: budgets): the CEDAR probe passes of 1,024 tokens project ~300 each and gain nothing
-#: measurable. On a GPU the engine projects GPU_PROJECTION_CHUNK positions at once.
+#: while they are still in cache; it matters for passes with many target positions (long
+#: targets, large token budgets). Measurements: docs/benchmarks/probe-scoring.md. On a GPU the
+#: engine projects GPU_PROJECTION_CHUNK positions at once.
 CPU_LOGITS_PER_CHUNK = 2 ** 23
 GPU_PROJECTION_CHUNK = 1024
 
