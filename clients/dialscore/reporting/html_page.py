@@ -93,8 +93,9 @@ def _cell(value: Any) -> str:
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "") -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    thead = f"<thead><tr>{head}</tr></thead>" if any(header) else ""
     body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in rows)
-    return (f'<div class="scroll"><table class="{cls}"><thead><tr>{head}</tr></thead>'
+    return (f'<div class="scroll"><table class="{cls}">{thead}'
             f"<tbody>{body}</tbody></table></div>")
 
 
@@ -110,9 +111,10 @@ def _finite(value: Any) -> Any:
 
 
 def _json_script(element_id: str, value: Any) -> str:
-    # "</" cannot end the element early: JSON allows "<\/" for "</".
+    # No "<" at all inside the element, so no text can end it early or open a comment in it:
+    # "<" appears only inside JSON strings, where \u003c means the same.
     text = json.dumps(_finite(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    text = text.replace("</", "<\\/").replace("<!--", "<\\!--")
+    text = text.replace("<", "\\u003c")
     return f'<script type="application/json" id="{_e(element_id)}">{text}</script>'
 
 
@@ -190,7 +192,7 @@ table.kv td{max-width:60ch;overflow-wrap:anywhere}
 table.num td{white-space:nowrap}
 pre{background:var(--bg2);padding:8px;overflow-x:auto;font-size:12px;line-height:1.3}
 figure{margin:8px 0;display:inline-block;max-width:100%}
-figure img{max-width:100%;height:auto;border:1px solid var(--line)}
+figure img{max-width:min(100%,1000px);height:auto;border:1px solid var(--line)}
 figcaption{color:var(--muted);font-size:12px}
 .note{color:var(--muted)}
 .controls{display:flex;flex-wrap:wrap;gap:8px 14px;align-items:end;margin:6px 0}
@@ -465,7 +467,7 @@ DETAIL.robustness = function(d, r){
   rows.forEach(function(x){
     t.appendChild(el("tr", {"class": x === r ? "open" : "", "data-variant": x.kind}, [el("td", {text: x.kind}),
       el("td", {text: x.variant}), el("td", {"class": "n", text: fmt(x.variant_score)}),
-      el("td", {"class": "n " + (x.delta < 0 ? "no" : "yes"), text: fmt(x.delta)})]));
+      el("td", {"class": "n " + (x.delta < 0 ? "no" : x.delta > 0 ? "yes" : ""), text: fmt(x.delta)})]));
   });
   d.appendChild(t);
 };
