@@ -454,7 +454,7 @@ DETAIL.decode = function(d, r){
     if (pred.indexOf(id) >= 0){ cls.push("pred"); badges.push(el("span", {"class": "badge pred", text: "predicted"})); }
     if (i === dlg.length - 1) cls.push("resp");
     return el("li", {"class": cls.join(" "), "data-turn": String(id)},
-      [el("span", {"class": "who", text: "#" + id + " " + t[1] + ":"}), t[2]].concat(badges));
+      [el("span", {"class": "who", text: "#" + id + " (" + t[1] + "):"}), t[2]].concat(badges));
   })));
 };
 DETAIL.robustness = function(d, r){
