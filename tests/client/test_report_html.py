@@ -30,8 +30,15 @@ DATA_BLOCK = re.compile(r'<script type="application/json" id="([^"]+)-data">(.*?
 
 
 def sections(page: str) -> dict[str, dict]:
-    """The item data of every section of a page, by section id."""
-    return {m.group(1): json.loads(m.group(2)) for m in DATA_BLOCK.finditer(page)}
+    """The item data of every section of a page, by section id, its rows unpacked as objects."""
+    out = {}
+    for m in DATA_BLOCK.finditer(page):
+        spec = json.loads(m.group(2))
+        keys, text, texts = spec["keys"], spec["textKeys"], spec["texts"]
+        spec["rows"] = [{k: (texts[v] if t and v is not None else v) for k, t, v in zip(keys, text, row)}
+                        for row in spec["rows"]]
+        out[m.group(1)] = spec
+    return out
 
 
 def assert_self_contained(page: str) -> None:

@@ -110,6 +110,26 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _packed(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Rows as arrays under one list of keys, the values of all-text keys as indices into one
+    table of distinct texts (a run repeats its model, setting and explanation texts across many
+    rows): about half the size of the rows as objects. The script unpacks them once."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    text = [all(isinstance(r.get(k), (str, type(None))) for r in rows) for k in keys]
+    index: dict[str, int] = {}
+
+    def pack(value: Any, is_text: bool) -> Any:
+        if not is_text or value is None:
+            return value
+        i = index.get(value)
+        if i is None:
+            i = index[value] = len(index)
+        return i
+
+    packed = [[pack(r.get(k), t) for k, t in zip(keys, text)] for r in rows]
+    return {"keys": keys, "textKeys": text, "texts": list(index), "rows": packed}
+
+
 def _json_script(element_id: str, value: Any) -> str:
     # No "<" at all inside the element, so no text can end it early or open a comment in it:
     # "<" appears only inside JSON strings, where \u003c means the same.
@@ -146,7 +166,7 @@ def _section(s: Section) -> str:
         spec = {"kind": s.kind, "columns": [{"key": c.key, "label": c.label, "num": c.numeric}
                                             for c in it.columns],
                 "filters": list(it.filters), "sort": it.sort, "desc": it.descending,
-                "pageSize": PAGE_SIZE, "rows": list(it.rows), "lookup": dict(it.lookup)}
+                "pageSize": PAGE_SIZE, **_packed(it.rows), "lookup": dict(it.lookup)}
         parts.append(f'<h3>Items <span class="count"></span></h3>')
         if it.note:
             parts.append(f'<p class="note">{_e(it.note)}</p>')
@@ -260,7 +280,13 @@ function Browser(section, spec){
   this.S = this.lookup.strings || [];
   this.filters = {}; this.search = "";
   this.sortKey = spec.sort; this.desc = !!spec.desc; this.page = 0;
-  spec.rows.forEach(function(r, i){ Object.defineProperty(r, "_i", {value: i}); });
+  var keys = spec.keys, textKeys = spec.textKeys, texts = spec.texts;
+  spec.rows = spec.rows.map(function(a, i){
+    var o = {};
+    for (var j = 0; j < keys.length; j++){ var v = a[j]; o[keys[j]] = (textKeys[j] && v !== null) ? texts[v] : v; }
+    Object.defineProperty(o, "_i", {value: i});
+    return o;
+  });
   var box = section.querySelector(".controls");
   spec.filters.forEach(function(key){
     var col = spec.columns.find(function(c){ return c.key === key; }) || {label: key};
