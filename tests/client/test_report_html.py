@@ -43,7 +43,9 @@ def sections(page: str) -> dict[str, dict]:
 
 def assert_self_contained(page: str) -> None:
     without_data = DATA_BLOCK.sub("", page)
-    assert not re.search(r'(src|href)\s*=\s*"(?!data:|#)', without_data), "a resource outside the page"
+    assert not re.search(r'src\s*=\s*"(?!data:)', without_data), "a resource outside the page"
+    # Links only to the page's own anchors and to sibling compare pages (followed on click only).
+    assert not re.search(r'href\s*=\s*"(?!data:|#|compare-[^"/]+\.html")', without_data)
     assert "@import" not in without_data and "url(" not in without_data
     assert "default-src 'none'" in page  # and the browser is told to fetch nothing
 

@@ -73,6 +73,7 @@ class Section:
     images: Sequence[tuple[str, str]] = ()     # (caption, data URI)
     items: Items | None = None
     notes: Sequence[str] = ()
+    links: Sequence[tuple[str, str]] = ()  # (label, file name beside the page): sibling pages
 
 
 def png_data_uri(path: str | Path) -> str:
@@ -142,6 +143,9 @@ def _section(s: Section) -> str:
     parts = [f'<section class="run" id="{_e(s.id)}" data-kind="{_e(s.kind)}">',
              f"<h2>{_e(s.title)}</h2>"]
     parts += [f'<p class="note">{_e(n)}</p>' for n in s.notes]
+    if s.links:
+        parts.append('<p class="note">See also: ' + ", ".join(
+            f'<a href="{_e(href)}">{_e(label)}</a>' for label, href in s.links) + "</p>")
     if s.provenance:
         parts.append('<details open class="prov"><summary>Provenance</summary>')
         for caption, rows, header in s.provenance:
@@ -208,7 +212,7 @@ details>summary{cursor:pointer;font-weight:600;font-size:15px;margin:8px 0}
 table{border-collapse:collapse;margin:4px 0 8px}
 th,td{border:1px solid var(--line);padding:3px 7px;text-align:left;vertical-align:top}
 th{background:var(--bg2)}
-table.kv td{max-width:60ch;overflow-wrap:anywhere}
+table.kv td{max-width:60ch;overflow-wrap:break-word}
 table.num td{white-space:nowrap}
 pre{background:var(--bg2);padding:8px;overflow-x:auto;font-size:12px;line-height:1.3}
 figure{margin:8px 0;display:inline-block;max-width:100%}

@@ -162,14 +162,12 @@ def _probe_section(run_dir: Path, report: Mapping[str, Any]) -> Section:
         sort="delta", descending=False,
         lookup={"strings": strings.values, "contexts": context_rows, "items": items}, note=note))
     section = _common(run_dir, report, section)
-    section.images = [(n, u) for n, u in section.images]
     for name in ("corruptions.png", "models.png"):
         if (run_dir / name).is_file() and name not in {n for n, _ in section.images}:
             section.images = [*section.images, (name, png_data_uri(run_dir / name))]
     compares = sorted(run_dir.glob("compare-*.json"))
-    if compares:
-        section.notes = [*section.notes, "Model comparisons of this run: " + ", ".join(
-            p.with_suffix(".html").name for p in compares)]
+    section.links = [(f"comparison {p.stem[len('compare-'):]}", p.with_suffix(".html").name)
+                     for p in compares]
     return section
 
 
