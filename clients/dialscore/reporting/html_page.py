@@ -254,10 +254,6 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 .legend{font-size:12px;color:var(--muted)}
 .legend i{display:inline-block;width:90px;height:10px;vertical-align:middle;
  background:linear-gradient(90deg,hsl(10,90%,97%),hsl(10,90%,62%))}
-.bar{position:relative;height:14px;background:var(--bg2);min-width:160px}
-.bar .ci{position:absolute;top:5px;height:4px;background:var(--accent)}
-.bar .pt{position:absolute;top:1px;width:3px;height:12px;background:#111}
-.bar .zero{position:absolute;top:0;width:1px;height:14px;background:var(--bad)}
 """
 
 # The item browser: one instance per section with a data block. Plain ES2017, no library.
