@@ -6,6 +6,9 @@
 # `make test` also creates .venv-client, where only the client is installed (its extras, pytest
 # and jsonschema), and runs tests/client there: the client's tests need nothing of the server.
 # The client is installed as a user installs it (not editable), again whenever its files change.
+#
+# The browser tests of report.html (tests/service/test_report_browser.py) need the Debian package
+# chromium: the .venv recipe installs it when it is missing and make runs as root with apt-get.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -23,6 +26,10 @@ $(STAMP): pyproject.toml clients/pyproject.toml constraints.txt
 	$(PY) -m pip install -q --upgrade pip
 	$(PIP) torch==2.13.0
 	$(PIP) -e './clients[reports,evals]' -e '.[test]'
+	@# The report's browser tests drive the system Chromium through Playwright (in .[test]); no
+	@# browser is downloaded. Best effort, as root with apt-get only: they skip without it.
+	-command -v chromium >/dev/null || ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] \
+		|| (apt-get update -q && apt-get install -y -q chromium) || true
 	touch $(STAMP)
 
 $(CLIENT_STAMP): $(CLIENT_FILES) constraints.txt

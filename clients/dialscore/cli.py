@@ -8,6 +8,7 @@ Client commands (this distribution, they talk to a running service over HTTP)::
     dialscore models --url URL          list a service's models
     dialscore eval mutual|decode|robustness --url URL --data FILE ...
                                         MuTual, DECODE and robustness evaluations over a service
+    dialscore report RUN_DIR            (re)write a run folder's self-contained report.html
 
 Server commands appear when the server distribution (`dialscore-server`) is installed too; it
 registers them under the ``dialscore.commands`` entry-point group (``serve``, ``demo``,
@@ -33,6 +34,7 @@ COMMANDS: tuple[str, ...] = (
     "dialscore.commands.probe:register",
     "dialscore.commands.models:register",
     "dialscore.commands.evaluate:register",
+    "dialscore.commands.report:register",
 )
 
 

@@ -47,6 +47,9 @@ def register(sub) -> None:
     p.add_argument("--chunk-size", type=int, default=64, help="items per request (default 64)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% CIs")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--no-tokens", action="store_true",
+                   help="do not keep per-token NLLs in scores.jsonl (kept by default for the heat "
+                        "maps of report.html: a larger response and store, no extra model time)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_probe)
     # Optional, so `dialscore probe --url ...` keeps running the probes.
@@ -90,8 +93,11 @@ def _compare(args: argparse.Namespace) -> int:
     except (ValueError, OSError, KeyError, TypeError) as exc:
         print(f"dialscore probe compare: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    from dialscore.reporting.html_runs import write_report_html
+
+    pages = write_report_html(args.run_dir)
     print(table)
-    print(f"wrote {files['json']} and {files['table']}")
+    print(f"wrote {files['json']}, {files['table']} and {pages.get(files['json'].stem, '')}")
     return 0
 
 
@@ -107,7 +113,7 @@ def _probe(args: argparse.Namespace) -> int:
             run_probes(client, args.data or SAMPLE_DATA, args.models, args.settings, args.seed, args.out,
                        chunk_size=args.chunk_size, corruptions=args.corruptions,
                        sampling=args.sampling,
-                       n_boot=args.bootstrap, plots=not args.no_plots,
+                       n_boot=args.bootstrap, plots=not args.no_plots, tokens=not args.no_tokens,
                        progress=not args.no_progress, echo=print)
     except ProbeDataError as exc:
         print(f"dialscore probe: bad probe data\n{exc}", file=sys.stderr)

@@ -80,6 +80,10 @@ class ScoredPair:
     #: True when the source of either item was shortened from the left to fit the model's window
     #: (whole oldest turns dropped, or tokens cut: the model format's `truncation`).
     truncated: bool = False
+    #: The ids of the two scored items in the run's ``scores.jsonl`` (its dialogue, target and,
+    #: when kept, per-token NLLs; the HTML report's drill-down reads them); "" when unknown.
+    valid_item: str = ""
+    corrupted_item: str = ""
 
     @property
     def probe_key(self) -> tuple[str, str, str, int, str]:

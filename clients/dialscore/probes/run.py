@@ -183,9 +183,12 @@ def _valid_score(row: dict[str, Any]) -> bool:
 
 
 def _score_row(item: ProbeItem, result: NLLResult) -> dict[str, Any]:
-    return {"id": item.id, "model": item.model, "setting": item.setting, "nll": result.nll,
-            "num_tokens": result.num_tokens, "truncated": result.truncated,
-            "context": list(item.context), "knowledge": item.knowledge, "target": item.target}
+    row = {"id": item.id, "model": item.model, "setting": item.setting, "nll": result.nll,
+           "num_tokens": result.num_tokens, "truncated": result.truncated,
+           "context": list(item.context), "knowledge": item.knowledge, "target": item.target}
+    if result.tokens is not None and result.token_nlls is not None:
+        row["tokens"], row["token_nlls"] = result.tokens, result.token_nlls
+    return row
 
 
 def _resolve_models(available: Sequence[ModelCard], wanted: Sequence[str] | str | None) -> list[ModelCard]:
@@ -259,7 +262,7 @@ class _Run:
 def _prepare(data: str | Path | Sequence[Dialogue], available: Sequence[ModelCard],
              models: Sequence[str] | str | None, settings: Sequence[str] | str, seed: int,
              out_dir: str | Path, corruptions: Sequence[str], sampling: str, chunk_size: int,
-             n_boot: int, base_url: str, progress: bool) -> _Run:
+             n_boot: int, base_url: str, progress: bool, tokens: bool = True) -> _Run:
     if isinstance(settings, str):
         settings = [s.strip() for s in settings.split(",") if s.strip()]
     path = data if isinstance(data, (str, Path)) else None
@@ -274,7 +277,7 @@ def _prepare(data: str | Path | Sequence[Dialogue], available: Sequence[ModelCar
     envelope = RunEnvelope.start(
         "probe", path, base_url, models=[m.name for m in chosen], settings=list(settings),
         seed=seed, corruptions=list(corruptions), sampling=sampling, chunk_size=chunk_size,
-        n_boot=n_boot,
+        n_boot=n_boot, tokens=tokens,
         n_dialogues=len(dialogues),
         dialogues_per_dataset=dict(sorted(Counter(d.dataset for d in dialogues).items())),
         pairs=len(plan.pairs), items=len(plan.items), items_before_dedup=plan.n_item_refs,
@@ -299,7 +302,8 @@ def _finish(run: _Run, n_boot: int, plots: bool, echo: Echo) -> Report:
             dialogue_id=p.dialogue_id, explanation_index=p.explanation_index, dimension=p.dimension,
             corruption=p.corruption, category=p.category, valid_text=p.valid_text,
             corrupted_text=p.corrupted_text, nll_valid=float(v["nll"]), nll_corrupted=float(c["nll"]),
-            truncated=bool(v.get("truncated")) or bool(c.get("truncated"))))
+            truncated=bool(v.get("truncated")) or bool(c.get("truncated")),
+            valid_item=pp.valid_id, corrupted_item=pp.corrupted_id))
     seed = int(run.config["seed"])
     run.config["truncated_pairs"] = sum(p.truncated for p in pairs)
     run.envelope.models = {m.name: {**m.provenance(), "format_choices": format_choices(m)}
@@ -317,7 +321,7 @@ async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequ
                       out_dir: str | Path = "runs/probe", *, chunk_size: int = 64,
                       corruptions: Sequence[str] = CORRUPTIONS, sampling: str = ALL_TYPES,
                       n_boot: int = 1000,
-                      plots: bool = True, progress: bool = True,
+                      plots: bool = True, progress: bool = True, tokens: bool = True,
                       echo: Echo = None) -> Report:
     """Run the CEDAR probes against a served model set and write the report into ``out_dir``.
 
@@ -328,13 +332,17 @@ async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequ
     seeded draw; :mod:`dialscore.probes.corruptions`), recorded as ``config.sampling`` in
     report.json and stated in the tables. Items already in
     ``out_dir/scores.jsonl`` are not sent again. ``echo`` (e.g. ``print``) receives the tables.
+    ``tokens`` (default True) asks /v1/nll for each item's tokens and per-token NLLs and keeps
+    them in ``scores.jsonl`` for the HTML report's heat maps: the server computes them anyway,
+    and the targets are single turns or explanations, so it costs a larger response and store
+    (about 3x), not model time. Rows resumed from a run without them stay without them.
 
     Needs numpy (the `reports` extra) for the confidence intervals: without it
     :class:`~dialscore.extras.MissingExtra` is raised before any request.
     """
     _require_reports()
     run = _prepare(data_path, await client.models(), models, settings, seed, out_dir, corruptions,
-                   sampling, chunk_size, n_boot, client.base_url, progress)
+                   sampling, chunk_size, n_boot, client.base_url, progress, tokens)
     try:
         await client.limits()  # read once: nll_many then keeps its chunks within them
         run.open_bar()
@@ -342,7 +350,8 @@ async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequ
             pending = run.pending(info.name)
             if pending:
                 await client.nll_many(info.name, [i.payload() for i in pending],
-                                      chunk_size=chunk_size, on_chunk=run.on_chunk(pending))
+                                      chunk_size=chunk_size, return_tokens=tokens,
+                                      on_chunk=run.on_chunk(pending))
         run.close_bar()
         return _finish(run, n_boot, plots, echo)
     finally:

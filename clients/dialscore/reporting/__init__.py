@@ -12,6 +12,8 @@
                 timings, files written and client version, the head of every report.json
     progress    progress bars when tqdm (the `reports` extra) is installed, silence otherwise
     plots       PNG figures when matplotlib (the `reports` extra) is installed
+    html_page   one self-contained HTML page (styles, script, rows as JSON, plots inline)
+    html_runs   report.html of a run folder, built from the files its runs wrote
 
 Nothing here imports numpy, matplotlib or tqdm at module level.
 """

@@ -142,15 +142,32 @@ def write_run_report(envelope: RunEnvelope, results: Mapping[str, Any], *, table
                      echo: Echo = None) -> dict[str, Path]:
     """Close a run: write the terminal `table` to `table_path` (file kind "table"), finish the
     envelope, write :meth:`RunEnvelope.report` of `results` to `report_path` (kind "report") and
-    echo the table and a line naming the files. Returns every file written, `files` first."""
+    echo the table and a line naming the files. Then (re)write the folder's ``report.html``
+    (:mod:`dialscore.reporting.html_runs`) from the files now there, including this report: it
+    is neither listed in report.json, which it reads, nor returned. Returns every file written
+    but the page, `files` first.
+
+    A page that cannot be built does not fail the run (its results are written by then): the
+    reason is echoed, and ``dialscore report DIR`` writes it later."""
     envelope.report(results)  # refuse a clash before anything is written
     written = dict(files)
     written["table"] = atomic_write_text(table_path, table.rstrip("\n") + "\n")
     written["report"] = report_path
     envelope.finish(written)
     write_json(report_path, envelope.report(results))
+    page, page_error = None, None
+    try:
+        from dialscore.reporting.html_runs import write_report_html
+
+        page = write_report_html(report_path.parent)["html"]
+    except Exception as exc:  # noqa: BLE001 - the run's results are safe; say why, go on
+        page_error = (f"report.html not written ({type(exc).__name__}: {exc}); "
+                      f"run `dialscore report {report_path.parent}`")
     if echo is not None:
         echo(table.rstrip("\n"))
-        names = ", ".join(sorted(path.name for path in written.values()))
+        shown = [*written.values(), *([page] if page else [])]
+        names = ", ".join(sorted(path.name for path in shown))
         echo(f"wrote {names} to {report_path.parent} ({envelope.elapsed_s:.1f} s)")
+        if page_error:
+            echo(page_error)
     return written
