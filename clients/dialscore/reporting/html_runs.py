@@ -260,13 +260,18 @@ def _decode_section(run_dir: Path, report: Mapping[str, Any]) -> Section:
     section = Section("decode", "DECODE contradiction detection", "decode", notes=notes, items=Items(
         cols, rows, filters=("set", "mode", "group", "gold", "correct"), sort="probability",
         descending=True, lookup={"dialogues": dialogues}))
-    metrics_path = run_dir / "decode-metrics.json"
-    if metrics_path.is_file():
-        metric_rows = _read_json(metrics_path)
-        if metric_rows:
-            header = list(metric_rows[0])
-            section.tables = [("Metrics", header, [[r.get(h) for h in header] for r in metric_rows])]
+    section.tables = _records_table("Metrics", run_dir / "decode-metrics.json")
     return _common(run_dir, report, section)
+
+
+def _records_table(title: str, path: Path) -> list[tuple[str, list[str], list[list[Any]]]]:
+    """The JSON list of records at `path` as one table titled `title` (columns: the first
+    record's keys), or no table when the file is absent or empty."""
+    records = _read_json(path) if path.is_file() else []
+    if not records:
+        return []
+    header = list(records[0])
+    return [(title, header, [[r.get(h) for h in header] for r in records])]
 
 
 # ----------------------------------------------------------------------------------- robustness
@@ -282,12 +287,7 @@ def _robustness_section(run_dir: Path, report: Mapping[str, Any], stem: str) -> 
         cols, raw, filters=("kind", "category"), sort="delta",
         note="change = variant score − original score; click a row for the original and every "
              "variant of that response."))
-    variants = run_dir / f"{stem}-variants.json"
-    if variants.is_file():
-        stats = _read_json(variants)
-        if stats:
-            header = list(stats[0])
-            section.tables = [("Variants", header, [[r.get(h) for h in header] for r in stats])]
+    section.tables = _records_table("Variants", run_dir / f"{stem}-variants.json")
     return _common(run_dir, report, section)
 
 
