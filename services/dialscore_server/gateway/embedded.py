@@ -22,6 +22,10 @@ from dialscore_server.gateway.front_door import FrontDoorLimits
 #: The embedded default's Serve config (deployments/local.yaml, shipped inside the package).
 LOCAL_CONFIG = Path(str(files("dialscore_server.deployments") / "local.yaml"))
 
+#: How long Serve's HTTP proxy may take to answer its health route after Serve starts, in seconds
+#: (a hang guard: on a machine busy with other work a proxy can take minutes).
+PROXY_START_LIMIT_S = 600.0
+
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
@@ -93,7 +97,7 @@ def local_service(args: AppArgs, *, num_cpus: int | None = None, name: str = "di
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                                        "PYTHONPATH": pythonpath}})
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": proxy_port})
+        start_serve(proxy_port)
         metrics.SLOW_CLIENTS.record_to_ray_from_this_process()
         with front_door_thread(("127.0.0.1", proxy_port), host, port, limits):
             serve.run(build_app(args), name=name, route_prefix="/")
@@ -102,3 +106,37 @@ def local_service(args: AppArgs, *, num_cpus: int | None = None, name: str = "di
         metrics.SLOW_CLIENTS.record_to_ray_from_this_process(False)
         serve.shutdown()
         ray.shutdown()
+
+
+def start_serve(proxy_port: int, limit_s: float = PROXY_START_LIMIT_S) -> None:
+    """Start Serve with its HTTP proxy on 127.0.0.1:`proxy_port`, and return once the proxy
+    answers HTTP (its health route, ``GET /-/healthz``, says 503 until an application is deployed).
+
+    ``serve.start`` waits a fixed 60 s for the proxy, and Serve's controller restarts a proxy that
+    is not ready within its ready-check deadline; on a busy machine either ends ``serve.start``
+    with an error (``TimeoutError``, or ``ActorDiedError`` for the restarted proxy) while Serve
+    goes on starting a proxy. Then Serve is started again (which connects to the running
+    controller) and the proxy's health route is polled until it answers or `limit_s` passes
+    (``TimeoutError``)."""
+    import time
+
+    import httpx
+    from ray import serve
+    from ray.exceptions import ActorDiedError
+
+    options = {"host": "127.0.0.1", "port": proxy_port}
+    try:
+        serve.start(http_options=options)
+    except (TimeoutError, ActorDiedError):
+        serve.start(http_options=options)
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            httpx.get(f"http://127.0.0.1:{proxy_port}/-/healthz", timeout=10)
+            return  # any answer: the proxy listens (503 until an application's routes arrive)
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Serve's HTTP proxy did not answer on port {proxy_port} "
+                               f"within {limit_s:.0f} s")
+        time.sleep(0.5)
