@@ -75,7 +75,8 @@ def sharp_stand_ins(stand_ins, tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def trained_gpt2(stand_ins, tmp_path_factory) -> Path:
-    """The gpt2 stand-in trained ~20 s on templated explanation sentences: antecedents, connectives
+    """The gpt2 stand-in trained 400 steps (about 20 s here; `seconds` is only a hang guard) on
+    templated explanation sentences: antecedents, connectives
     and consequents of the shipped sample recombined at random across dialogues, plus templated
     chat. It learns the word order of explanations (what complete corruptions destroy), not which
     explanation is valid for which dialogue."""
@@ -92,4 +93,15 @@ def trained_gpt2(stand_ins, tmp_path_factory) -> Path:
     sentences = [f"{rng.choice(flat)['antecedent']} {rng.choice(flat)['connective']} "
                  f"{rng.choice(flat)['consequent']}" for _ in range(3000)]
     return train_causal(stand_ins / "gpt2", tmp_path_factory.mktemp("trained") / "gpt2",
-                        sentences + templated_sentences(1000, seed=1), seconds=300, max_steps=400)
+                        sentences + templated_sentences(1000, seed=1), seconds=3600, max_steps=400)
+
+
+@pytest.fixture(scope="session")
+def word_order_gpt2(stand_ins, tmp_path_factory) -> Path:
+    """The gpt2 stand-in trained 200 steps on templated sentences (seed 21): it has learned word
+    order. Training stops on steps (`seconds` is only a hang guard), so the weights do not depend
+    on how fast or busy the machine is."""
+    from dialscore_server.checkpoints.standins import templated_sentences, train_causal
+
+    return train_causal(stand_ins / "gpt2", tmp_path_factory.mktemp("word-order") / "gpt2",
+                        templated_sentences(3000, seed=21), seconds=3600, max_steps=200, seed=0)

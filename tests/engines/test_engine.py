@@ -19,7 +19,7 @@ from dialscore_server.checkpoints.loading import LoadedModel, load_model
 from dialscore_server.nll.engine.encoding import EmptyTargetError, EncodedItem, NLLItem, TargetTooLongError
 from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.checkpoints.registry import ModelConfig
-from dialscore_server.checkpoints.standins import MARKER, reinit_, templated_sentences, train_causal
+from dialscore_server.checkpoints.standins import MARKER, reinit_, templated_sentences
 from model_helpers import lay_out_as_hub_cache
 
 TOL = 1e-4
@@ -534,13 +534,10 @@ def test_engine_sets_torch_threads(loaded):
 
 # --------------------------------------------------------- trained model: natural < shuffled
 @pytest.fixture(scope="module")
-def trained_gpt2(stand_ins, tmp_path_factory, stand_in_registry):
-    """The gpt2 stand-in trained for a few seconds on templated sentences (module-scoped)."""
-    train = templated_sentences(3000, seed=21)
-    out = train_causal(stand_ins / "gpt2", tmp_path_factory.mktemp("trained") / "gpt2", train,
-                       seconds=12, max_steps=200, seed=0)
-    cfg = stand_in_registry.get("dialogpt-medium").model_copy(update={"source": str(out)})
-    return NLLEngine(cfg), set(train)
+def trained_gpt2(word_order_gpt2, stand_in_registry):
+    """An engine on the stand-in trained on templated sentences, and the sentences it saw."""
+    cfg = stand_in_registry.get("dialogpt-medium").model_copy(update={"source": str(word_order_gpt2)})
+    return NLLEngine(cfg), set(templated_sentences(3000, seed=21))
 
 
 def test_trained_model_prefers_natural_over_shuffled(trained_gpt2):

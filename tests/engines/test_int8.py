@@ -19,7 +19,7 @@ import torch
 
 from dialscore_server.checkpoints.loading import LoadedModel, load_model
 from dialscore_server.checkpoints.quantize import quantize_int8
-from dialscore_server.checkpoints.standins import reinit_, templated_sentences, train_causal
+from dialscore_server.checkpoints.standins import reinit_, templated_sentences
 from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.protocol import NLLItem
 
@@ -91,12 +91,9 @@ def test_int8_close_to_fp32(pair):
 
 
 @pytest.fixture(scope="module")
-def trained_pair(stand_ins, tmp_path_factory, stand_in_registry) -> tuple[NLLEngine, NLLEngine]:
-    """The gpt2 stand-in trained for 200 steps on templated sentences, in float32 and in int8.
-    (Training stops on steps, not on a clock: the weights do not depend on the machine's speed.)"""
-    out = train_causal(stand_ins / "gpt2", tmp_path_factory.mktemp("trained-int8") / "gpt2",
-                       templated_sentences(3000, seed=21), seconds=3600, max_steps=200, seed=0)
-    cfg = stand_in_registry.get("dialogpt-medium").model_copy(update={"source": str(out)})
+def trained_pair(word_order_gpt2, stand_in_registry) -> tuple[NLLEngine, NLLEngine]:
+    """The gpt2 stand-in trained on templated sentences (conftest), in float32 and in int8."""
+    cfg = stand_in_registry.get("dialogpt-medium").model_copy(update={"source": str(word_order_gpt2)})
     fp32 = load_model(cfg)
     model = copy.deepcopy(fp32.model)
     quantize_int8(model)

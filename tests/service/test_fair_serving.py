@@ -17,12 +17,16 @@ import pytest
 import ray
 
 from gated_engines import GPT, NLI, fake_tokens, gated_args, open_gate
+from raw_socket import send_json
 from serve_apps import deploy_app, wait_until, work
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
 
 #: A hang guard for gate waits, not a speed requirement.
 HANG_S = 120.0
+#: The deadline test's request deadline: ample for a request to reach the engine (whose first
+#: call the gate then holds until the deadline has passed).
+DEADLINE_S = 20.0
 
 #: 128 dialogues x 128 earlier turns of the last speaker = 16384 pairs (max_request_pairs): 128
 #: chunks of one dialogue each (a dialogue is never split; default chunk_pairs 64).
@@ -41,10 +45,10 @@ LARGE_NLL = {"model": GPT, "items": [
 SMALL_NLL = {"model": GPT, "items": [{"context": ["do you like dogs ?"], "target": "yes ."}]}
 
 
-def post_in_background(url: str, body: dict, results: dict, name: str, **kw) -> threading.Thread:
+def post_in_background(url: str, body: dict, results: dict, name: str) -> threading.Thread:
     def run() -> None:
         try:
-            results[name] = httpx.post(url, json=body, timeout=kw.get("timeout", 300))
+            results[name] = httpx.post(url, json=body, timeout=HANG_S)
         except httpx.HTTPError as exc:
             results[name] = exc
 
@@ -115,16 +119,13 @@ def test_a_small_request_is_not_stuck_behind_a_large_one(fair, gate):
 
 
 def test_a_disconnected_clients_remaining_work_is_dropped(fair, gate):
-    """The client gives up while the first chunk is in the engine: the replica drops the chunks
-    it had not computed yet and the metrics say so; only the chunk that was running is computed
+    """The client closes its connection while the first chunk is in the engine: the replica drops
+    the chunks it had not computed yet and the metrics say so; only the chunk that was running is computed
     for nobody."""
     before = work("fair", NLI)
-    answers: dict = {}
-    client = post_in_background(f"{fair.url}/v1/contradiction", LARGE, answers, "large",
-                                timeout=httpx.Timeout(30, read=1.0))
+    client = send_json(fair.url, "/v1/contradiction", LARGE)
     assert ray.get(gate.wait_for.remote(1, 0, HANG_S))["waiting"] == 1
-    client.join(HANG_S)  # the engine is held: no answer can come, the client leaves after 1 s
-    assert isinstance(answers["large"], httpx.ReadTimeout)
+    client.close()  # the engine is held: no answer has come, and the client leaves
     settled("fair", NLI, before, done=0, dropped=PAIRS - CHUNK, wasted=CHUNK)
     ray.get(gate.allow.remote(1))  # the running chunk finishes, for nobody
     assert ray.get(gate.wait_for.remote(0, 1, HANG_S))["passed"] == 1
@@ -132,9 +133,10 @@ def test_a_disconnected_clients_remaining_work_is_dropped(fair, gate):
 
 
 def test_work_is_dropped_when_the_deadline_passes(served, stand_ins):
-    """With a 2 s request deadline, the gateway answers 408 while the first chunk is held in the
-    engine, and the replica drops the rest: every count is exact."""
-    args = gated_args(stand_ins, request_timeout_s=2.0, queue_timeout_s=1.0)
+    """The request deadline passes while the first chunk is held in the engine: the gateway answers
+    408 and the replica drops the rest; every count is exact. The deadline (DEADLINE_S) is long
+    enough for the request to reach the engine on a busy machine, so the test waits it out."""
+    args = gated_args(stand_ins, request_timeout_s=DEADLINE_S, queue_timeout_s=DEADLINE_S)
     with deploy_app(served, "deadline", args) as app:
         gate = open_gate()
         try:
