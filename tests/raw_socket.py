@@ -50,16 +50,17 @@ def rest_until_closed(sock: socket.socket, seconds: float) -> bytes:
         answer += chunk
 
 
-def send_json(url: str, path: str, body: object, timeout_s: float = 120.0) -> socket.socket:
-    """Open a connection to `url` (``http://host:port``), send ``POST path`` with `body` as JSON,
-    and return the socket without reading the answer: the test decides when the client leaves
-    (``close()``) instead of a read timeout racing the server."""
+def send_json(url: str, body: object, timeout_s: float = 120.0) -> socket.socket:
+    """Open a connection to `url`'s host and port, send ``POST`` of `url`'s path with `body` as
+    JSON, and return the socket without reading the answer: the test decides when the client
+    leaves (``close()``) instead of a read timeout racing the server."""
     import json
     from urllib.parse import urlsplit
 
     where = urlsplit(url)
     payload = json.dumps(body).encode()
     sock = socket.create_connection((where.hostname, where.port), timeout=timeout_s)
-    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {where.netloc}\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {len(payload)}\r\n\r\n".encode("latin-1") + payload)
+    sock.sendall(f"POST {where.path or '/'} HTTP/1.1\r\nHost: {where.netloc}\r\n"
+                 f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+                 .encode("latin-1") + payload)
     return sock

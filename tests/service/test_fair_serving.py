@@ -123,7 +123,7 @@ def test_a_disconnected_clients_remaining_work_is_dropped(fair, gate):
     the chunks it had not computed yet and the metrics say so; only the chunk that was running is computed
     for nobody."""
     before = work("fair", NLI)
-    client = send_json(fair.url, "/v1/contradiction", LARGE)
+    client = send_json(f"{fair.url}/v1/contradiction", LARGE)
     assert ray.get(gate.wait_for.remote(1, 0, HANG_S))["waiting"] == 1
     client.close()  # the engine is held: no answer has come, and the client leaves
     settled("fair", NLI, before, done=0, dropped=PAIRS - CHUNK, wasted=CHUNK)
