@@ -14,6 +14,8 @@ Traffic goes to the Serve proxies on 127.0.0.1 only, bounded in count (a few hun
 
 from __future__ import annotations
 
+from collections import Counter
+
 import time
 from collections.abc import Callable
 from typing import Any
@@ -191,8 +193,13 @@ def test_losing_a_worker_node_mid_probe_run_loses_nothing(cluster, gate, tmp_pat
     answers.close_inner()
     new_node = adder.result(HANG_S)
 
-    # The client met the failure and retried: every pair is there, exactly once.
-    assert answers.failures(), answers.statuses
+    # The request held on the victim was lost with it. Either the client met the failure and
+    # retried, or Serve sent the lost call again itself: then what it computes passed the gate
+    # again, besides its release from the dead replica. Every pair is there, exactly once.
+    lost = [label for c in held["waiting_callers"] if c.get("node_id") == victim for label in c["labels"]]
+    passed = Counter(label for call in gate.state()["calls"] for label in call)
+    resent = bool(lost) and all(passed[label] >= 2 for label in lost)
+    assert answers.failures() or resent, (answers.statuses, lost)
     assert_retryable(answers.log, proxy_failures=True)
     pairs, items = assert_scored_once(tmp_path, cluster.url, MODEL, ["attribution"], report, token=TOKEN)
 
