@@ -34,8 +34,8 @@ class Gate:
 
     :meth:`state` says how many calls wait and how many went through, what each call that went
     through computed (``calls``: one label per item or dialogue: its target, or its last turn),
-    where each call that is waiting runs and what it computes (``waiting_callers``: the caller's
-    fields and ``labels``), and how many start-ups wait
+    where each call that is waiting runs (``waiting_callers``: the caller's fields), and how many
+    start-ups wait
     (``starting``) and went through (``started``)."""
 
     def __init__(self) -> None:
@@ -54,7 +54,7 @@ class Gate:
             self.tickets += 1
             ticket = self.tickets
             self.waiting += 1
-            self.waiting_callers[ticket] = {**(caller or {}), "labels": list(labels)}
+            self.waiting_callers[ticket] = caller or {}
             self.changed.notify_all()
             await self.changed.wait_for(lambda: self.permits > 0)
             self.permits -= 1

@@ -61,7 +61,3 @@ class ClusterGate:
         state = self.cluster.call(_call, "wait_for", waiting, passed, limit_s)
         assert state["waiting"] >= waiting and state["passed"] >= passed, state
         return state
-
-    def state(self) -> dict[str, Any]:
-        """The gate's state now (``engine_gate.Gate.state``)."""
-        return self.cluster.call(_call, "state")

@@ -17,7 +17,7 @@ autoscaler started, are ended by process id.
 
     with LocalCluster(head={"num_cpus": 2}, workers=[{"num_cpus": 2, "num_gpus": 1}] * 2) as cluster:
         url = cluster.deploy(app_args, http_port=free_port())
-        cluster.kill_worker(node_id)      # SIGKILL of a worker raylet and its workers
+        cluster.kill_worker(node_id)      # SIGKILL of every process of a worker node
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class LocalCluster:
         return self.call(_add_worker, node_args)
 
     def kill_worker(self, node_id: str) -> float:
-        """SIGKILL a worker raylet and every process of that node (what losing a machine or a
+        """SIGKILL every process of a worker node at once (what losing a machine or a
         pod looks like to Ray); returns the seconds it took."""
         return self.call(_kill_worker, node_id)
 
@@ -166,8 +166,9 @@ def _start(head: dict[str, Any], workers: list[dict[str, Any]], autoscaler: Auto
         head.update(_autoscaling_head(head, autoscaler))
     cluster = Cluster(initialize_head=True, head_node_args=head)
     _STATE["cluster"] = cluster
+    _STATE["roots"] = {}
     for worker in workers:
-        cluster.add_node(**worker)
+        _add_worker(worker)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False)
     return cluster.address
@@ -218,14 +219,38 @@ def _nodes() -> list[dict[str, Any]]:
 
 
 def _add_worker(node_args: dict[str, Any]) -> str:
+    """Start a worker node; the processes this child gains meanwhile are that node's roots (its
+    raylet and agents, whose descendants are the node's Ray workers)."""
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children()}
     node = _STATE["cluster"].add_node(**node_args)
+    _STATE["roots"][node.node_id] = [p for p in psutil.Process().children() if p.pid not in before]
     return node.node_id
 
 
 def _kill_worker(node_id: str) -> float:
+    """SIGKILL every process of the node at once, as deleting its pod does: its raylet and agents
+    and all their descendants (the replicas, proxies and idle workers it started). Ray's own
+    ``remove_node`` kills only the processes it started itself: a replica's worker process
+    would live on and could still answer a call it held. Then Ray's bookkeeping forgets it."""
+    import psutil
+
     cluster = _STATE["cluster"]
     (node,) = [n for n in cluster.worker_nodes if n.node_id == node_id]
     start = time.monotonic()
+    doomed: list[psutil.Process] = []
+    for root in _STATE["roots"].pop(node_id, []):
+        try:
+            doomed += [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    for process in doomed:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(doomed, timeout=30)
     cluster.remove_node(node, allow_graceful=False)
     return time.monotonic() - start
 
