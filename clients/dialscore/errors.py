@@ -10,6 +10,7 @@ Our exception hierarchy::
     └── APIStatusError ............... the server answered with an error status
         ├── InvalidRequestError ...... 422 invalid_request   (never retried; `param` names the field)
         ├── AuthenticationError ...... 401 unauthorized
+        ├── HostNotAllowedError ...... 403 host_not_allowed (the Host header names no allowed host)
         ├── NotFoundError ............ 404 not_found
         │   └── UnknownModelError .... 404 unknown_model
         ├── PayloadTooLargeError ..... 413 payload_too_large
@@ -96,6 +97,14 @@ class AuthenticationError(APIStatusError):
     error_type = "unauthorized"
 
 
+class HostNotAllowedError(APIStatusError):
+    """The service refused the ``Host`` this client sent (taken from its base URL): a local
+    service with auth off accepts loopback names and addresses and the hosts it was started with
+    (``--allowed-hosts``, ``DIALSCORE_ALLOWED_HOSTS``)."""
+
+    error_type = "host_not_allowed"
+
+
 class NotFoundError(APIStatusError):
     error_type = "not_found"
 
@@ -135,16 +144,17 @@ class InternalServerError(APIStatusError):
 #: The server's error types (dialscore_server.contract.errors.ErrorType) and the class each becomes.
 BY_TYPE: dict[str, type[APIStatusError]] = {
     cls.error_type: cls
-    for cls in (InvalidRequestError, AuthenticationError, NotFoundError, UnknownModelError,
-                PayloadTooLargeError, RequestTimeoutError, RateLimitError, ModelError,
-                OverloadedError, InternalServerError)
+    for cls in (InvalidRequestError, AuthenticationError, HostNotAllowedError, NotFoundError,
+                UnknownModelError, PayloadTooLargeError, RequestTimeoutError, RateLimitError,
+                ModelError, OverloadedError, InternalServerError)
 }
 
 #: Fallback by status when the body carries no known error type.
 BY_STATUS: dict[int, type[APIStatusError]] = {
-    401: AuthenticationError, 404: NotFoundError, 408: RequestTimeoutError,
-    413: PayloadTooLargeError, 422: InvalidRequestError, 424: ModelError, 429: RateLimitError,
-    500: InternalServerError, 502: RetryableError, 503: OverloadedError, 504: RetryableError,
+    401: AuthenticationError, 403: HostNotAllowedError, 404: NotFoundError,
+    408: RequestTimeoutError, 413: PayloadTooLargeError, 422: InvalidRequestError, 424: ModelError,
+    429: RateLimitError, 500: InternalServerError, 502: RetryableError, 503: OverloadedError,
+    504: RetryableError,
 }
 
 

@@ -157,6 +157,7 @@ def test_malformed_success_body_raises_response_validation_error():
     (404, "not_found", errors.NotFoundError),
     (413, "payload_too_large", errors.PayloadTooLargeError),
     (401, "unauthorized", errors.AuthenticationError),
+    (403, "host_not_allowed", errors.HostNotAllowedError),
     (500, "internal", errors.InternalServerError),
 ])
 def test_non_retryable_errors_map_to_classes_and_are_sent_once(status, type_, cls):

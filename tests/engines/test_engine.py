@@ -18,6 +18,7 @@ from dialscore_server.contract.errors import InputError
 from dialscore_server.checkpoints.loading import LoadedModel, load_model
 from dialscore_server.nll.engine.encoding import EmptyTargetError, EncodedItem, NLLItem, TargetTooLongError
 from dialscore_server.nll.engine.engine import NLLEngine
+from dialscore_server.nll.engine.layout import Special
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.checkpoints.standins import MARKER, reinit_, templated_sentences
 from model_helpers import lay_out_as_hub_cache
@@ -315,7 +316,10 @@ def test_blenderbot_matches_hf_label_shift(loaded):
 
 # ------------------------------------------------------------------- formatting and truncation
 def _ids(engine, text):
-    return engine.tokenizer(text, add_special_tokens=False).input_ids
+    """The ids of an expected layout written as one string: special-token strings in it are the
+    format's special tokens (the tokenizer's usual reading, which the engine never applies to
+    user text: tests/engines/test_plain_text.py)."""
+    return engine.tokenizer(text, add_special_tokens=False, split_special_tokens=False).input_ids
 
 
 @pytest.mark.parametrize("name,joined", [
@@ -347,7 +351,7 @@ def test_causal_left_truncation_cuts_oldest_tokens_keeps_target(loaded):
     turns = tuple(templated_sentences(8, seed=2))
     target = "I am fine, thanks."
     enc = engine.encode(NLLItem(target=target, context=turns))
-    full = _ids(engine, engine.format_parts(NLLItem(target=target, context=turns))[1])
+    full = engine.encoder.ids(engine.format_parts(NLLItem(target=target, context=turns))[1])
     tgt = _ids(engine, target) + [engine.encoder.eos_id]
     assert enc.truncated
     assert list(enc.target_ids) == tgt                      # never cut
@@ -368,8 +372,8 @@ def test_knowledge_is_pinned_when_history_is_cut(loaded):
     item = NLLItem(target="ok", context=turns, knowledge=knowledge)
     enc = engine.encode(item)
     pinned, history = engine.format_parts(item)
-    pinned_ids, hist_ids = _ids(engine, pinned), _ids(engine, history)
-    assert pinned == knowledge + "<|endoftext|>"
+    pinned_ids, hist_ids = engine.encoder.ids(pinned), engine.encoder.ids(history)
+    assert pinned == (knowledge, Special("<|endoftext|>"))
     room = 40 - len(enc.target_ids)
     assert enc.truncated
     assert list(enc.source_ids) == pinned_ids + hist_ids[-(room - len(pinned_ids)):]
@@ -395,7 +399,7 @@ def test_seq2seq_left_truncation_keeps_special_tokens(loaded, name):
     engine = engine_for(loaded, name, max_length=20, **_token_cut(loaded, name))
     item = NLLItem(target="I live in a small town.", context=tuple(templated_sentences(6, seed=8)))
     enc = engine.encode(item)
-    body = _ids(engine, engine.format_parts(item)[1])
+    body = engine.encoder.ids(engine.format_parts(item)[1])
     head = [engine.encoder.bos_id] if engine.fmt.source_bos else []
     assert enc.truncated and len(enc.source_ids) == 20
     assert list(enc.source_ids) == head + body[-(20 - len(head) - 1):] + [engine.encoder.eos_id]

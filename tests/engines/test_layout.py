@@ -214,9 +214,11 @@ def test_edge_whitespace_of_targets_token_by_token(stand_in_registry, tokenizers
 
 EDGE_RAW = {   # family: [(raw source, target, layout)]
     "dialogpt-medium": [
-        # whitespace touching a special token written in the source goes, at either side
+        # a special-token string written in a raw source is text: its characters, whitespace
+        # around it kept; the source ends in text, so the target's leading space is kept
         ("how are you? <|endoftext|> why?\n<|endoftext|>\n", " I am fine. ",
-         "how Ġare Ġyou ? <|endoftext|> why ? <|endoftext|> | I Ġam Ġfine . <|endoftext|>"),
+         "how Ġare Ġyou ? Ġ < | end o f t ex t | > Ġw hy ? Ċ < | end o f t ex t | > Ċ | "
+         "ĠI Ġam Ġfine . <|endoftext|>"),
         # after source text the leading space is the word boundary's and is kept (trailing: not)
         ("why?", " I am fine. ", "why ? | ĠI Ġam Ġfine . <|endoftext|>"),
         # a decoder-only source keeps its own edges: they touch no special token
@@ -225,14 +227,14 @@ EDGE_RAW = {   # family: [(raw source, target, layout)]
         ("", "\nI am fine.", "<|endoftext|> | I Ġam Ġfine . <|endoftext|>"),
     ],
     "bart-base": [
-        (" how are you? </s> why? \n", " I am fine.\n",
-         "<s> how Ġare Ġyou ? </s> why ? </s> || </s> <s> | I Ġam Ġfine . </s>"),
+        (" how are you? </s> why? \n", " I am fine.\n",   # edges stripped; "</s>" is text
+         "<s> how Ġare Ġyou ? Ġ < / s > Ġw hy ? </s> || </s> <s> | I Ġam Ġfine . </s>"),
     ],
     "blenderbot-400m": [
         (" how are you?  why? \n", "\nI am fine. ",               # the two-space delimiter stays
          "Ġh o w Ġare Ġyou ? Ġ Ġw hy ? </s> || <s> | ĠI Ġam Ġfine . </s>"),
         ("how are you? </s>\nwhy?", " I am fine.",
-         "Ġh o w Ġare Ġyou ? </s> Ġw hy ? </s> || <s> | ĠI Ġam Ġfine . </s>"),
+         "Ġh o w Ġare Ġyou ? Ġ < / s > Ċ why ? </s> || <s> | ĠI Ġam Ġfine . </s>"),
     ],
 }
 EDGE_RAW["topical-gpt2"] = EDGE_RAW["dialogpt-medium"]
@@ -240,9 +242,10 @@ EDGE_RAW["topical-gpt2"] = EDGE_RAW["dialogpt-medium"]
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_edge_whitespace_with_raw_sources_token_by_token(stand_in_registry, tokenizers, name):
-    """A raw source is verbatim except for whitespace touching a special token (written in it,
-    or, for an encoder input, at its ends); a target's leading whitespace is dropped after a
-    special token and kept after source text (lm-evaluation-harness's word boundary)."""
+    """A raw source is plain text, verbatim except for whitespace at an encoder input's ends (a
+    special-token string in it is characters, and so is the whitespace around it); a target's
+    leading whitespace is dropped after a special token and kept after source text
+    (lm-evaluation-harness's word boundary)."""
     enc = encoder(stand_in_registry, tokenizers, name)
     for source, target, layout in EDGE_RAW[name]:
         assert laid_out(enc, NLLItem(target=target, source=source)) == layout, (source, target)
@@ -333,10 +336,11 @@ def test_newest_turn_too_long_falls_back_to_a_token_cut(stand_in_registry, token
 
 def test_raw_source_is_cut_by_tokens(stand_in_registry, tokenizers):
     tok = tokenizers["dialogpt-medium"]
-    source = "<|endoftext|>".join(LONG)
+    source = "<|endoftext|>".join(LONG)   # plain text: the eos strings are characters
     e = encoder(stand_in_registry, tokenizers, "dialogpt-medium", max_length=20).encode(
         NLLItem(target="ok", source=source))
-    assert e.truncated and list(e.source_ids) == alone(tok, source)[-(20 - len(e.target_ids)):]
+    plain = tok(source, add_special_tokens=False, split_special_tokens=True).input_ids
+    assert e.truncated and list(e.source_ids) == plain[-(20 - len(e.target_ids)):]
 
 
 def test_truncated_nll_scores_only_the_target(stand_in_registry):

@@ -160,6 +160,8 @@ GATEWAY: list[Case] = [
     Case("limits-body", "POST", "/v1/nll", call("nll", "dialogpt-medium", LONG_TARGET),
          gateway={"limits": {"max_body_bytes": 256}}),
     Case("unauthorized", "GET", "/v1/models", call("models"), gateway={"token": "s3cret"}),
+    # The embedded default's Host check (loopback only) meets the recorder's Host, "gateway".
+    Case("host-not-allowed", "GET", "/v1/models", call("models"), gateway={"allowed_hosts": []}),
     Case("overloaded", "POST", "/v1/nll", call("nll", "dialogpt-medium", ITEMS[:1]),
          gateway={"failure": "backpressure"}),
     Case("timeout", "POST", "/v1/nll", call("nll", "dialogpt-medium", ITEMS[:1]),
@@ -270,6 +272,7 @@ def gateway_app(condition: dict[str, Any]) -> Any:
     from dialscore_server.contradiction.deployment import ClassifierHandle
     from dialscore_server.gateway.app import create_app
     from dialscore_server.gateway.backend import ModelDirectory
+    from dialscore_server.gateway.host_check import AllowedHosts
     from dialscore_server.nll.deployment import NLLHandle
     from dialscore_server.rerank.deployment import RerankHandle
 
@@ -279,7 +282,9 @@ def gateway_app(condition: dict[str, Any]) -> Any:
                                {CLASSIFIER: ClassifierHandle(handle, deadlines, CLASSIFIER)},
                                RerankHandle(handle, deadlines),
                                limits=Limits(**condition.get("limits", {})),
-                               token=condition.get("token"))
+                               token=condition.get("token"),
+                               allowed_hosts=(AllowedHosts.of(condition["allowed_hosts"])
+                                              if "allowed_hosts" in condition else None))
     return create_app(directory)
 
 

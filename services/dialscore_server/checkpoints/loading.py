@@ -60,6 +60,8 @@ def load_model(config: ModelConfig) -> LoadedModel:
     )
     from transformers.utils import logging as hf_logging
 
+    from dialscore_server.checkpoints.plain_text import TOKENIZER_OPTIONS
+
     hf_logging.disable_progress_bar()
     auto = {
         "causal": AutoModelForCausalLM,
@@ -80,7 +82,8 @@ def load_model(config: ModelConfig) -> LoadedModel:
             f"model {config.name!r}: dtype int8 runs on CPU only (got {device!r}); "
             "use bfloat16 or float16 on a GPU"
         )
-    tokenizer = AutoTokenizer.from_pretrained(config.source, **kwargs)
+    # User text is text: special-token strings in it are characters (checkpoints/plain_text.py).
+    tokenizer = AutoTokenizer.from_pretrained(config.source, **kwargs, **TOKENIZER_OPTIONS)
     model = auto.from_pretrained(config.source, dtype=getattr(torch, _DTYPES[config.dtype]), **kwargs)
     model.to(device).eval()
     if config.dtype == "int8":

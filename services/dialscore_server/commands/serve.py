@@ -33,6 +33,10 @@ def register(sub) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
+    p.add_argument("--allowed-hosts", default=None, metavar="NAMES",
+                   help="comma-separated Host names or addresses accepted besides loopback ones "
+                   "while auth is off (a guard against DNS rebinding); `*` accepts any. Default: "
+                   "DIALSCORE_ALLOWED_HOSTS, else the config's allowed_hosts, else loopback only")
     p.set_defaults(func=_serve)
 
 
@@ -57,7 +61,9 @@ def _serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with serve_locally(app_args, host=args.host, port=args.port) as url:
+    allowed = ([n.strip() for n in args.allowed_hosts.split(",") if n.strip()]
+               if args.allowed_hosts is not None else None)
+    with serve_locally(app_args, host=args.host, port=args.port, allowed_hosts=allowed) as url:
         print(f"dialscore serving at {url} (docs: {url}/docs); Ctrl-C or SIGTERM stops it",
               flush=True)
         stop.wait()

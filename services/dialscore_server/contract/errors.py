@@ -15,6 +15,8 @@ overloaded                503     the model's queue is full; `Retry-After` says 
 timeout                   408     the request did not finish within the server's deadline
 model_error               424     the model replica failed or is unavailable (retryable)
 unauthorized              401     bearer token missing or wrong (when auth is on)
+host_not_allowed          403     the `Host` header is not loopback nor an allowed host (the
+                                  embedded default with auth off; gateway/host_check.py)
 not_found                 404     no such route
 internal                  500     a bug in the service
 ========================  ======  ==============================================================
@@ -28,7 +30,7 @@ from pydantic import BaseModel, Field
 
 ErrorType = Literal[
     "invalid_request", "unknown_model", "payload_too_large", "overloaded", "timeout",
-    "model_error", "unauthorized", "not_found", "internal",
+    "model_error", "unauthorized", "host_not_allowed", "not_found", "internal",
 ]
 
 STATUS: dict[str, int] = {
@@ -39,6 +41,7 @@ STATUS: dict[str, int] = {
     "timeout": 408,
     "model_error": 424,
     "unauthorized": 401,
+    "host_not_allowed": 403,
     "not_found": 404,
     "internal": 500,
 }

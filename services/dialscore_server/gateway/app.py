@@ -27,6 +27,7 @@ from dialscore_server.contradiction.router import build_router as contradiction_
 from dialscore_server.contradiction.serving import ClassifierBackend
 from dialscore_server.gateway import http_errors
 from dialscore_server.gateway.body_limit import BodySizeLimit
+from dialscore_server.gateway.host_check import AllowedHosts
 from dialscore_server.gateway.model_listing import ModelList, model_list
 from dialscore_server.gateway.observe import ObserveRequests
 from dialscore_server.gateway.openapi import install_openapi
@@ -43,6 +44,8 @@ class Ingress(NLLBackend, ClassifierBackend, RerankBackend, Protocol):
     """What the app needs of its gateway besides the routers' backends."""
 
     token: str | None
+    #: The Host check while auth is off (None: none; gateway/host_check.py).
+    allowed_hosts: AllowedHosts | None
     #: Seconds the whole body may take to arrive (None: no limit).
     body_timeout_s: float | None
     #: Every served model by name, dialogue models first; and whether any is a classifier.
@@ -72,9 +75,11 @@ def create_app(gw: Ingress) -> FastAPI:
     app.add_middleware(BodySizeLimit, max_bytes=gw.limits.max_body_bytes,
                        timeout_s=gw.body_timeout_s)
 
-    # Outermost of the app's own middleware (added last): authorise, then count and time.
+    # Outermost of the app's own middleware (added last): check Host, authorise, then count and
+    # time.
     known_paths: set[str] = set()
-    app.add_middleware(ObserveRequests, token_of=lambda: gw.token, known_paths=known_paths)
+    app.add_middleware(ObserveRequests, token_of=lambda: gw.token, known_paths=known_paths,
+                       allowed_hosts_of=lambda: gw.allowed_hosts)
 
     @app.get("/healthz", summary="The gateway process is alive.", response_model=Health)
     async def healthz() -> dict:
@@ -111,7 +116,7 @@ def create_app(gw: Ingress) -> FastAPI:
         app.include_router(rerank_router(gw))
         app.include_router(tei_rerank_router(gw))
         app.include_router(cohere_rerank_router(gw))
-    install_openapi(app, gw.limits, gw.token)
+    install_openapi(app, gw.limits, gw.token, gw.allowed_hosts)
     # Metric labels are limited to documented routes (included routers do not list their
     # routes in app.routes, the OpenAPI schema does).
     known_paths.update(app.openapi()["paths"])

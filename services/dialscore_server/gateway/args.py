@@ -70,6 +70,14 @@ class AppArgs(_Args):
         "DIALSCORE_API_TOKEN", description="Env var holding the bearer token (or `file:PATH` of a file "
         "holding it), read by each gateway replica from the environment of the node it runs on; "
         "auth is off when it is unset, unless auth_required.")
+    allowed_hosts: list[str] | None = Field(
+        None, description="While auth is off, the Host names or addresses requests may carry "
+        "besides loopback ones (localhost, *.localhost, 127.0.0.0/8, [::1]); `*` allows any. Other "
+        "requests get 403 `host_not_allowed` (a guard against DNS rebinding; "
+        "gateway/host_check.py). null: no Host check, the default of a Serve config (a cluster's "
+        "ingress decides which names reach it); the embedded default (`dialscore serve`/`demo`) "
+        "checks, with the list from --allowed-hosts, DIALSCORE_ALLOWED_HOSTS or this field, in "
+        "that order.")
     auth_required: bool = Field(
         False, description="Fail closed: a gateway replica whose node has no token refuses to start "
         "(the deployment fails instead of serving the API without auth). On in cluster.yaml.")

@@ -17,6 +17,7 @@ from dialscore.model_card import ModelCard
 from dialscore_server.contract.backend import Pool
 from dialscore_server.contract.errors import ServiceError
 from dialscore_server.contract.limits import Limits
+from dialscore_server.gateway.host_check import AllowedHosts
 from dialscore_server.contradiction.serving import ClassifierService
 from dialscore_server.nll.serving import NLLService
 from dialscore_server.rerank.serving import RerankService
@@ -27,18 +28,21 @@ READINESS_TIMEOUT_S = 5.0
 
 class ModelDirectory:
     """Every served model by name, the reranker, and the ingress settings the app reads: the
-    request `limits`, the bearer `token` (None: auth off) and `body_timeout_s` (None: none)."""
+    request `limits`, the bearer `token` (None: auth off), `body_timeout_s` (None: none) and
+    `allowed_hosts`, the Host check while auth is off (None: no check; gateway/host_check.py)."""
 
     def __init__(self, nll: Mapping[str, NLLService],
                  classifiers: Mapping[str, ClassifierService] | None = None,
                  reranker: RerankService | None = None, *, limits: Limits,
-                 token: str | None = None, body_timeout_s: float | None = None):
+                 token: str | None = None, body_timeout_s: float | None = None,
+                 allowed_hosts: AllowedHosts | None = None):
         self._nll = dict(nll)
         self._classifiers = dict(classifiers or {})
         self._reranker = reranker
         self.limits = limits
         self.token = token
         self.body_timeout_s = body_timeout_s
+        self.allowed_hosts = allowed_hosts
         #: Every served model by name, dialogue models first; and whether any is a classifier.
         self.model_names = [*self._nll, *self._classifiers]
         self.has_classifiers = bool(self._classifiers)

@@ -20,6 +20,7 @@ from dialscore_server.gateway.app import create_app
 from dialscore_server.gateway.args import AppArgs
 from dialscore_server.gateway.auth import gateway_token
 from dialscore_server.gateway.backend import ModelDirectory
+from dialscore_server.gateway.host_check import AllowedHosts
 from dialscore_server.nll.deployment import NLLHandle
 from dialscore_server.rerank.deployment import RerankHandle
 
@@ -40,7 +41,9 @@ class Gateway(ModelDirectory):
             {name: ClassifierHandle(h, deadlines, name) for name, h in (classifiers or {}).items()},
             RerankHandle(reranker, deadlines) if reranker is not None else None,
             limits=app_args.limits, body_timeout_s=app_args.body_timeout_s,
-            token=gateway_token(app_args.auth_token_env, app_args.auth_required))
+            token=gateway_token(app_args.auth_token_env, app_args.auth_required),
+            allowed_hosts=(AllowedHosts.of(app_args.allowed_hosts)
+                           if app_args.allowed_hosts is not None else None))
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return create_app(self)

@@ -3,12 +3,16 @@
 
 Used by `dialscore serve`, `dialscore demo`, the load tests, the benchmarks and the test fixture,
 so all of them start the service the same way (and `HF_HUB_OFFLINE` reaches the replicas).
+
+With auth off, the embedded default refuses requests whose ``Host`` is not a loopback name or
+address (DNS rebinding; gateway/host_check.py) unless listed: :func:`embedded_args` sets the
+list.
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib.resources import files
 from pathlib import Path
@@ -18,6 +22,7 @@ import yaml
 
 from dialscore_server.gateway.args import AppArgs
 from dialscore_server.gateway.front_door import FrontDoorLimits
+from dialscore_server.gateway.host_check import allowed_hosts_from_environment
 
 #: The embedded default's Serve config (deployments/local.yaml, shipped inside the package).
 LOCAL_CONFIG = Path(str(files("dialscore_server.deployments") / "local.yaml"))
@@ -41,6 +46,20 @@ def app_args_from_yaml(path: str | Path = LOCAL_CONFIG) -> AppArgs:
     return AppArgs.model_validate(raw)
 
 
+def embedded_args(args: AppArgs, allowed_hosts: Sequence[str] | None = None,
+                  environ: Mapping[str, str] | None = None) -> AppArgs:
+    """`args` as the embedded default serves them: the Host check on, its extra names from
+    `allowed_hosts` (``--allowed-hosts``) when given, else ``DIALSCORE_ALLOWED_HOSTS`` when set,
+    else `args`' own ``allowed_hosts``, else none (loopback only)."""
+    import os
+
+    hosts = list(allowed_hosts) if allowed_hosts is not None else allowed_hosts_from_environment(
+        os.environ if environ is None else environ)
+    if hosts is None:
+        hosts = args.allowed_hosts if args.allowed_hosts is not None else []
+    return args.model_copy(update={"allowed_hosts": hosts})
+
+
 class LocalService(NamedTuple):
     """The embedded default's two addresses: `url`, the front door's (what clients use), and
     `proxy_url`, Serve's HTTP proxy's behind it (loopback only; for measuring the front door)."""
@@ -52,19 +71,25 @@ class LocalService(NamedTuple):
 @contextmanager
 def serve_locally(args: AppArgs, *, num_cpus: int | None = None, name: str = "dialscore",
                   host: str = "127.0.0.1", port: int | None = None,
-                  limits: FrontDoorLimits | None = None) -> Iterator[str]:
+                  limits: FrontDoorLimits | None = None,
+                  allowed_hosts: Sequence[str] | None = None) -> Iterator[str]:
     """Start Ray and the app; yield its base URL (http://HOST:PORT, default 127.0.0.1 and a free
     port); shut both down after. As :func:`local_service`, which says more."""
     with local_service(args, num_cpus=num_cpus, name=name, host=host, port=port,
-                       limits=limits) as service:
+                       limits=limits, allowed_hosts=allowed_hosts) as service:
         yield service.url
 
 
 @contextmanager
 def local_service(args: AppArgs, *, num_cpus: int | None = None, name: str = "dialscore",
                   host: str = "127.0.0.1", port: int | None = None,
-                  limits: FrontDoorLimits | None = None) -> Iterator[LocalService]:
+                  limits: FrontDoorLimits | None = None,
+                  allowed_hosts: Sequence[str] | None = None) -> Iterator[LocalService]:
     """Start Ray and the app; yield its addresses; shut both down after.
+
+    The app is `args` with the embedded default's Host check (:func:`embedded_args`:
+    `allowed_hosts`, else ``DIALSCORE_ALLOWED_HOSTS``, else ``args.allowed_hosts``, else loopback
+    only), which applies while auth is off.
 
     HOST:PORT (default 127.0.0.1 and a free port) is the front door's (gateway/front_door.py),
     with `limits` (default: from ``DIALSCORE_HEADER_TIMEOUT_S`` and
@@ -100,7 +125,7 @@ def local_service(args: AppArgs, *, num_cpus: int | None = None, name: str = "di
         start_serve(proxy_port)
         metrics.SLOW_CLIENTS.record_to_ray_from_this_process()
         with front_door_thread(("127.0.0.1", proxy_port), host, port, limits):
-            serve.run(build_app(args), name=name, route_prefix="/")
+            serve.run(build_app(embedded_args(args, allowed_hosts)), name=name, route_prefix="/")
             yield LocalService(f"http://{host}:{port}", f"http://127.0.0.1:{proxy_port}")
     finally:
         metrics.SLOW_CLIENTS.record_to_ray_from_this_process(False)

@@ -1,5 +1,6 @@
-"""The gateway's outermost own middleware: authorise each request (when a token is set), then
-count and time it (``dialscore_requests_total``, ``dialscore_request_latency_seconds``,
+"""The gateway's outermost own middleware: check each request's ``Host`` (while auth is off and a
+Host check is set: gateway/host_check.py), authorise it (when a token is set), then count and
+time it (``dialscore_requests_total``, ``dialscore_request_latency_seconds``,
 ``dialscore_errors_total``).
 
 A plain ASGI middleware rather than Starlette's ``BaseHTTPMiddleware`` (``@app.middleware``):
@@ -23,6 +24,7 @@ from dialscore_server import metrics
 from dialscore_server.contract.errors import ServiceError
 from dialscore_server.gateway import http_errors
 from dialscore_server.gateway.auth import authorized
+from dialscore_server.gateway.host_check import ALLOWED_HOSTS_VARIABLE, AllowedHosts
 
 Scope = dict[str, Any]
 ASGIApp = Callable[..., Any]
@@ -37,16 +39,20 @@ def app_path(scope: Scope) -> str:
 
 
 class ObserveRequests:
-    """ASGI middleware: refuse a request without the right bearer token (``token_of()``, read per
-    request; None: no token needed) with 401 ``unauthorized``, and record every answered HTTP
+    """ASGI middleware: while no token is set, refuse a request whose ``Host`` the Host check
+    (``allowed_hosts_of()``, read per request; None: no check) does not allow with 403
+    ``host_not_allowed`` (param ``Host``); refuse a request without the right bearer token
+    (``token_of()``, read per request; None: no token needed) with 401 ``unauthorized``; record every answered HTTP
     request under its path when that is one of `known_paths` (else ``other``: bounded label
     cardinality). `known_paths` may be filled after the middleware is added (it is read per
     request)."""
 
-    def __init__(self, app: ASGIApp, token_of: Callable[[], str | None], known_paths: Collection[str]):
+    def __init__(self, app: ASGIApp, token_of: Callable[[], str | None], known_paths: Collection[str],
+                 allowed_hosts_of: Callable[[], AllowedHosts | None] = lambda: None):
         self.app = app
         self.token_of = token_of
         self.known_paths = known_paths
+        self.allowed_hosts_of = allowed_hosts_of
 
     async def __call__(self, scope: Scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -65,7 +71,14 @@ class ObserveRequests:
                        start)
             await send(message)
 
-        if not authorized(self.token_of(), path, Headers(scope=scope).get("authorization")):
+        token, hosts, headers = self.token_of(), self.allowed_hosts_of(), Headers(scope=scope)
+        if token is None and hosts is not None and not hosts.allows(headers.get("host")):
+            response = http_errors.error_response(ServiceError(
+                "host_not_allowed", f"Host {headers.get('host')!r} is not a loopback name or "
+                "address and not an allowed host (a guard against DNS rebinding); to allow it, "
+                f"start the service with --allowed-hosts or {ALLOWED_HOSTS_VARIABLE}", "Host"))
+            return await response(scope, receive, observed)
+        if not authorized(token, path, headers.get("authorization")):
             response = http_errors.error_response(
                 ServiceError("unauthorized", "missing or wrong bearer token"))
             return await response(scope, receive, observed)

@@ -6,6 +6,7 @@ from fastapi import FastAPI
 
 from dialscore_server.contract.limits import Limits
 from dialscore_server.gateway.auth import PUBLIC_PATHS
+from dialscore_server.gateway.host_check import AllowedHosts
 
 
 _LIMIT_WORDS = {
@@ -107,10 +108,12 @@ def document_limits(spec: dict, limits: Limits) -> dict:
     return spec
 
 
-def install_openapi(app: FastAPI, limits: Limits, token: str | None) -> None:
+def install_openapi(app: FastAPI, limits: Limits, token: str | None,
+                    allowed_hosts: AllowedHosts | None = None) -> None:
     """Make `app`'s OpenAPI document say what this deployment really does: its limits
-    (:func:`document_limits`) and, when auth is on, the 401 of every guarded route. Both are per
-    deployment, so the document is built per replica."""
+    (:func:`document_limits`), when auth is on the 401 of every guarded route, and when the Host
+    check applies (auth off, `allowed_hosts` set and not ``*``: gateway/host_check.py) the 403 of
+    every route. All are per deployment, so the document is built per replica."""
     base = app.openapi
 
     def openapi() -> dict:
@@ -127,6 +130,14 @@ def install_openapi(app: FastAPI, limits: Limits, token: str | None) -> None:
                         op.setdefault("responses", {})["401"] = {
                             "description": "unauthorized: missing or wrong bearer token",
                             # ErrorResponse is in the document: every POST route answers it.
+                            "content": {"application/json": {"schema": {
+                                "$ref": "#/components/schemas/ErrorResponse"}}}}
+            if not token and allowed_hosts is not None and not allowed_hosts.any:
+                for item in spec.get("paths", {}).values():
+                    for op in item.values():
+                        op.setdefault("responses", {})["403"] = {
+                            "description": "host_not_allowed: the Host header is not a loopback "
+                            "name or address nor an allowed host",
                             "content": {"application/json": {"schema": {
                                 "$ref": "#/components/schemas/ErrorResponse"}}}}
             app.openapi_schema = spec

@@ -14,7 +14,10 @@ from dialscore_server.contract.schema import APIModel, Text, limited
 
 
 class NLLItemIn(APIModel):
-    """Either dialogue turns (`context`, optional `knowledge`) or a raw `source`, and a `target`."""
+    """Either dialogue turns (`context`, optional `knowledge`) or a raw `source`, and a `target`.
+
+    Every text is plain text: a special-token string written in it (``</s>``, ``<|endoftext|>``)
+    is tokenized and scored as its characters, never as the special token (docs/nll.md)."""
 
     context: Annotated[list[Text], limited("max_turns")] | None = Field(
         None, description="Dialogue turns, oldest first; formatted with the model's dialogue format. "
@@ -23,9 +26,11 @@ class NLLItemIn(APIModel):
         None, description="A knowledge or explanation sentence, placed where the model's format says "
         "(default: before the history). Kept when the history is truncated.")
     source: Text | None = Field(
-        None, description="Raw source text used verbatim instead of `context` (no formatting).")
+        None, description="Raw source text used verbatim instead of `context` (no formatting; "
+        "plain text: it cannot insert special tokens).")
     target: Annotated[Text, Field(min_length=1)] = Field(
-        description="The text whose tokens are scored. Never truncated.")
+        description="The text whose tokens are scored. Never truncated. Plain text: a "
+        "special-token string in it is scored as its characters.")
 
     @model_validator(mode="after")
     def _one_source(self) -> "NLLItemIn":

@@ -7,6 +7,10 @@ hypothesis) for batches of pairs (spec section 3).
   labels, ``1 - p``. The contradiction label's index is read from the checkpoint's
   ``config.id2label``; it differs between checkpoints (roberta-large-mnli: 0, the ANLI checkpoint:
   2).
+* **Turns are plain text.** Premise and hypothesis are tokenized without special tokens and with
+  special-token strings written in them read as characters (``"</s>"`` is ``<``, ``/s``, ``>``:
+  :mod:`dialscore_server.checkpoints.plain_text`); the pair's special tokens come from the
+  tokenizer's own pair template, as ids.
 * **Truncation** (:class:`NLIPairClassifier`). A pair that does not fit the model's window
   (``ModelConfig.max_length``, special tokens included) loses the oldest premise tokens first (cut
   from the left); the hypothesis is cut (from the right) only when it alone is longer than the room
@@ -30,6 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from dialscore_server.scheduling.planner import BatchStats, pack
 from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_threads
+from dialscore_server.checkpoints.plain_text import texts_ids
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.scheduling.cancellation import CallGuard
 
@@ -204,8 +209,7 @@ class NLIPairClassifier:
         nonempty = [t for t in distinct if t]
         out: dict[str, list[int]] = {"": []}
         if nonempty:
-            enc = self.tokenizer(nonempty, add_special_tokens=False)["input_ids"]
-            out.update(zip(nonempty, enc))
+            out.update(zip(nonempty, texts_ids(self.tokenizer, nonempty)))
         return out
 
     def fit(self, premise: list[int], hypothesis: list[int]) -> tuple[list[int], list[int], bool]:

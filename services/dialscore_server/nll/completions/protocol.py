@@ -50,7 +50,9 @@ class CompletionRequest(APIModel):
         TokenIds, Field(min_length=1)
     ] | Annotated[list[TokenIds], Field(min_length=1), limited("max_items")] = Field(
         description="A text, a list of texts, a list of token ids or a list of token-id lists; "
-        "texts are tokenized verbatim (no special tokens, no dialogue formatting). Never "
+        "texts are tokenized verbatim as plain text (no special tokens added, special-token "
+        "strings in them read as their characters, no dialogue formatting); token ids are taken "
+        "as given. Never "
         "truncated: a prompt (+ the generated token) over the model's window is a 422.")
     echo: bool = Field(False, description="Return the prompt's tokens and log-probs (the first "
                        "token's log-prob is null) before the generated token.")

@@ -3,9 +3,13 @@
 :class:`NLLEncoder` implements the token layout of :mod:`dialscore_server.nll.engine.engine`'s contract
 for one model: dialogue turns and knowledge are laid out with the model's
 :class:`~dialscore.model_card.DialogueFormat` (:class:`~dialscore_server.nll.engine.layout.SourceLayout`:
-no lone whitespace token next to a special token) and the source text is tokenized in one call; a
-raw source is taken verbatim but for whitespace touching a special token
-(:meth:`~dialscore_server.nll.engine.layout.SourceLayout.raw_source`). The target is tokenized on
+no lone whitespace token next to a special token) as text and special-token pieces; a raw source
+is one text piece, verbatim but for whitespace at an encoder input's ends
+(:meth:`~dialscore_server.nll.engine.layout.SourceLayout.raw_source`). **Every text a caller gives
+is plain text**: turns, knowledge, raw sources and targets are tokenized with special-token strings
+read as characters (:mod:`dialscore_server.checkpoints.plain_text`), so ``"</s>"`` in a target is
+scored as ``<``, ``/s``, ``>``, never as the eos; only the special tokens the format inserts
+(separators, bos, eos, the decoder prefix) are special ids. The target is tokenized on
 its own, without special tokens, after its edge whitespace is removed where it would touch a
 special token or end the input (:func:`~dialscore_server.nll.engine.layout.target_text`: trailing
 whitespace always; leading whitespace when the target follows a special token: every
@@ -21,9 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dialscore_server.checkpoints.plain_text import text_ids
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.errors import InputError
-from dialscore_server.nll.engine.layout import SourceLayout, target_text
+from dialscore_server.nll.engine.layout import Pieces, SourceLayout, Special, pieces, target_text
 
 
 class TargetTooLongError(InputError):
@@ -108,49 +113,62 @@ class NLLEncoder:
             self.decoder_prefix = ()
 
     # ----------------------------------------------------------------------------- formatting
-    def format_parts(self, item: NLLItem) -> tuple[str, str]:
-        """The item's source as (pinned knowledge text, truncatable history text); see
+    def format_parts(self, item: NLLItem) -> tuple[Pieces, Pieces]:
+        """The item's source as (pinned knowledge pieces, truncatable history pieces); see
         :meth:`~dialscore_server.nll.engine.layout.SourceLayout.parts`. A raw `source` is all
         history (:meth:`~dialscore_server.nll.engine.layout.SourceLayout.raw_source`)."""
         if item.source is not None:
-            return "", self.layout.raw_source(item.source,
+            return (), self.layout.raw_source(item.source,
                                               encoder_input=self.config.family == "seq2seq")
         return self.layout.parts(item.context or (), item.knowledge)
 
-    def target_text(self, item: NLLItem, parts: tuple[str, str] | None = None) -> str:
+    def target_text(self, item: NLLItem, parts: tuple[Pieces, Pieces] | None = None) -> str:
         """The item's target text as it is tokenized (`parts`: the item's
         :meth:`format_parts`, when already known): trailing whitespace removed; leading
         whitespace removed when the target follows a special token, which is always the case for
         an encoder-decoder model (the decoder prefix) and, for a decoder-only model, when the
-        source ends with a special token (every shipped format's dialogue items) or is empty (the
-        bos alone). Leading whitespace after source text is kept: it is the space at the word
+        source ends with a special token the format inserted (every shipped format's dialogue
+        items) or is empty (the bos alone); a special-token string at the end of a raw source is
+        text. Leading whitespace after source text is kept: it is the space at the word
         boundary (source ``"hello"``, target ``" world"``)."""
         if self.config.family == "seq2seq":
             return target_text(item.target, after_special=True)
-        source = "".join(parts if parts is not None else self.format_parts(item))
+        source = pieces(*(parts if parts is not None else self.format_parts(item)))
         return target_text(item.target,
                            after_special=not source or self.layout.ends_with_special(source))
 
     def _ids(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False).input_ids if text else []
+        return text_ids(self.tokenizer, text)
 
-    def _source_ids(self, pinned_text: str, body_text: str) -> tuple[list[int], list[int]]:
+    def ids(self, source: Pieces) -> list[int]:
+        """The token ids of source pieces: each text piece as plain text
+        (:func:`~dialscore_server.checkpoints.plain_text.text_ids`), each
+        :class:`~dialscore_server.nll.engine.layout.Special` as its id."""
+        out: list[int] = []
+        for piece in pieces(source):
+            if isinstance(piece, Special):
+                out.append(self.tokenizer.convert_tokens_to_ids(piece.token))
+            else:
+                out += self._ids(piece)
+        return out
+
+    def _source_ids(self, pinned: Pieces, body: Pieces) -> tuple[list[int], list[int]]:
         """(pinned ids, body ids) whose concatenation is the tokenization of the whole source.
 
-        The source is tokenized in one call, so tokens at the pinned/body boundary are those of the
+        The source is tokenized as a whole, so tokens at the pinned/body boundary are those of the
         whole text (for a plain-text knowledge separator such as BlenderBot's two spaces, tokenizing
         the parts apart would add a space token); the pinned part is the longest prefix that the
-        pinned text alone tokenizes to."""
-        whole = self._ids(pinned_text + body_text)
-        if not pinned_text:
+        pinned pieces alone tokenize to."""
+        whole = self.ids(pieces(pinned, body))
+        if not pinned:
             return [], whole
-        alone = self._ids(pinned_text)
+        alone = self.ids(pinned)
         n = 0
         while n < min(len(alone), len(whole)) and alone[n] == whole[n]:
             n += 1
         return whole[:n], whole[n:]
 
-    def _fit_source(self, item: NLLItem, parts: tuple[str, str], room: int
+    def _fit_source(self, item: NLLItem, parts: tuple[Pieces, Pieces], room: int
                     ) -> tuple[list[int], bool]:
         """The source's token ids (of the item's :meth:`format_parts` `parts`) in at most `room`
         tokens, and whether anything was removed.
@@ -191,7 +209,8 @@ class NLLEncoder:
         return p + b, True
 
     def tokenize(self, text: str) -> list[int]:
-        """`text` as token ids, verbatim: no special tokens added, no formatting."""
+        """`text` as token ids, verbatim: no special tokens added, no formatting, special-token
+        strings in it read as characters."""
         return self._ids(text)
 
     # ----------------------------------------------------------------------------- encoding

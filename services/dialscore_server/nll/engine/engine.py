@@ -7,6 +7,13 @@ Contract (spec section 1). For a source S and a target T whose scored tokens are
 * **Which tokens are scored.** The target is tokenized on its own, without special tokens, and,
   when the model's format says ``append_eos``, the tokenizer's eos token is appended and scored as
   the last target token. Source tokens are never scored.
+* **Text fields are plain text.** Turns, knowledge, raw sources and targets (and completions text
+  prompts) are tokenized with special-token strings read as their characters
+  (:mod:`dialscore_server.checkpoints.plain_text`): a target ``"<|endoftext|>"`` is scored as the
+  tokens of ``<``, ``|``, ``endoftext``..., as many as its characters make (the near miss
+  ``"<|endoftext| >"`` has one token more, its space), never as the eos; a turn ``"</s>"`` is no
+  turn boundary. The only special tokens in an item are those the format inserts (separators,
+  bos, eos, the decoder prefix) and, in /v1/completions, token-id prompts, taken as given.
 * **Whitespace at the edges of a target** is removed where it would touch a special token or end
   the input, so no lone whitespace token (``Ġ``, ``Ċ``...) is scored next to one: trailing
   whitespace always; leading whitespace when the target follows a special token, which is every
@@ -26,8 +33,8 @@ Contract (spec section 1). For a source S and a target T whose scored tokens are
   must strip it the same way.
 * **Sources.** Dialogue turns and knowledge are laid out with the model's format, each stripped
   of edge whitespace (:mod:`~dialscore_server.nll.engine.layout`); a raw ``source`` is used
-  verbatim except for whitespace touching a special token: around one written in it, and at both
-  of its ends for an encoder input (whose ends meet the format's bos/eos).
+  verbatim, as plain text, except for whitespace at both of its ends for an encoder input (whose
+  ends meet the format's bos/eos).
 * **Decoder-only** (``causal``): one sequence ``source + target``; logits at position j predict
   token j+1. A causal item with an empty source is conditioned on the bos token alone (GPT-2's
   ``<|endoftext|>``), so its first target token is scored too.
@@ -83,6 +90,7 @@ from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLEncoder, NLLItem
 from dialscore_server.nll.engine.forward import ForwardPasses
 from dialscore_server.nll.engine.prompts import encode_prompt
+from dialscore_server.nll.engine.layout import Pieces
 from dialscore_server.nll.engine.projection import (
     Alternatives, ScoredPosition, VocabularyProjection, default_projection_chunk,
 )
@@ -225,8 +233,8 @@ class NLLEngine:
         return self.loaded.stand_in
 
     # ----------------------------------------------------------------------------- encoding
-    def format_parts(self, item: NLLItem) -> tuple[str, str]:
-        """The item's source as (pinned knowledge text, truncatable history text); see
+    def format_parts(self, item: NLLItem) -> tuple[Pieces, Pieces]:
+        """The item's source as (pinned knowledge pieces, truncatable history pieces); see
         :class:`~dialscore_server.nll.engine.encoding.NLLEncoder`."""
         return self.encoder.format_parts(item)
 
