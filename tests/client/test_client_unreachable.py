@@ -194,8 +194,8 @@ def test_a_loopback_port_that_refuses_until_the_test_opens_it():
 def test_a_loopback_port_that_stays_closed_is_reported_after_the_bound():
     sock, port = reserved_port()
     try:
-        with DialscoreClient(f"http://127.0.0.1:{port}",
-                             retry=RetryPolicy(unreachable_wait_s=3.0, unreachable_backoff_max=0.5)) as client:
+        policy = RetryPolicy(unreachable_wait_s=3.0, unreachable_backoff_max=0.5)
+        with DialscoreClient(f"http://127.0.0.1:{port}", retry=policy) as client:
             waits: list[float] = []
             client._sleep = waits.append
             with pytest.raises(errors.APIConnectionError, match="unreachable"):
