@@ -18,7 +18,8 @@ Behaviour:
   each carries ``request``, ``response``, ``param`` and ``attempts``.
 * **Retries** (:class:`RetryPolicy`): statuses 408, 424, 429, 502, 503, 504, a 500 that does not
   carry the service's error body (Serve's proxy answering for a gateway replica that died with the
-  request in flight) and dropped or failed connections, resets included (httpx's
+  request in flight), a 404 without it (a new Serve proxy that has not loaded the routes yet)
+  and dropped or failed connections, resets included (httpx's
   ``NetworkError``, ``RemoteProtocolError`` and ``TimeoutException``) are retried with exponential backoff and full jitter (a delay drawn uniformly from
   ``[0, min(backoff_max, backoff_base * 2**(attempt-1))]``); a ``Retry-After`` header (seconds or
   an HTTP date) replaces the drawn delay, plus a random extra of up to ``retry_after_jitter`` of
@@ -153,6 +154,11 @@ class RetryPolicy:
     #: because every endpoint is a pure function of its input. The service's own 500
     #: (``internal``: a bug, the same on every try) is never retried.
     retry_proxy_500: bool = True
+    #: Retry a 404 that lacks the service's ``x-error-type`` header: a Serve proxy that has just
+    #: started (after the previous one died) answers a plain 404 until it has loaded the
+    #: application's routes. The service's own 404s (``not_found``, ``unknown_model``) are never
+    #: retried; a URL that is not a dialscore service costs ``max_attempts`` tries.
+    retry_proxy_404: bool = True
     #: Wait for the service to be reachable (gRPC's "wait for ready"): a refused connection
     #: (``httpx.ConnectError``: no connection was made, nothing was sent) is tried again without
     #: counting as an attempt and without taking a token of the retry budget, until the call has
@@ -178,8 +184,10 @@ class RetryPolicy:
                 response.headers.get("x-work-dropped", "").lower() == "true")
         if response.status_code in self.retry_statuses:
             return True
-        return (self.retry_proxy_500 and response.status_code == 500
-                and "x-error-type" not in response.headers)
+        if "x-error-type" in response.headers:
+            return False
+        return ((self.retry_proxy_500 and response.status_code == 500)
+                or (self.retry_proxy_404 and response.status_code == 404))
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Full-jitter delay after failed attempt number ``attempt`` (1-based)."""

@@ -203,3 +203,29 @@ def test_a_loopback_port_that_stays_closed_is_reported_after_the_bound():
     finally:
         sock.close()
     assert 3.0 <= sum(waits) < 3.5
+
+
+def test_a_new_proxys_plain_404_is_retried_and_the_services_own_404_is_not():
+    """A Serve proxy just started answers 404 without the service's error body until it has the
+    application's routes; the service's own 404s carry ``x-error-type`` and are final."""
+    from contract_fake import error
+
+    fake = ContractFake()
+    routes_missing = httpx.Response(404, text="Path '/v1/models' not found.")
+    answers = iter([routes_missing, routes_missing])
+
+    def handler(request):
+        return next(answers, None) or fake.handle(request)
+
+    client, slept = client_for(handler, RetryPolicy())
+    assert list(client.models()) and len(slept) == 2
+
+    own = error(404, "not_found", "no such route")
+    client, slept = client_for(lambda request: own, RetryPolicy())
+    with pytest.raises(errors.NotFoundError):
+        client.models()
+    assert slept == []
+    client, slept = client_for(lambda request: routes_missing, RetryPolicy(retry_proxy_404=False))
+    with pytest.raises(errors.NotFoundError):
+        client.models()
+    assert slept == []
