@@ -9,6 +9,8 @@
 #
 # The browser tests of report.html (tests/service/test_report_browser.py) need the Debian package
 # chromium: the .venv recipe installs it when it is missing and make runs as root with apt-get.
+# So does it redis-server, which the GCS fault-tolerance test (tests/cluster/test_gcs_loss.py)
+# starts on a loopback port of its own; without it that test skips, naming redis-server.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -30,6 +32,8 @@ $(STAMP): pyproject.toml clients/pyproject.toml constraints.txt
 	@# browser is downloaded. Best effort, as root with apt-get only: they skip without it.
 	-command -v chromium >/dev/null || ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] \
 		|| (apt-get update -q && apt-get install -y -q chromium) || true
+	-command -v redis-server >/dev/null || ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] \
+		|| (apt-get update -q && apt-get install -y -q redis-server) || true
 	touch $(STAMP)
 
 $(CLIENT_STAMP): $(CLIENT_FILES) constraints.txt

@@ -196,3 +196,24 @@ def test_entry_fake_head_node_id():
         broken("fake_head_node_id", f"Ray's fake multi-node provider moved: {error}")
     if len(node_id) != 56 or any(c not in "0123456789abcdef" for c in node_id):
         broken("fake_head_node_id", f"FAKE_HEAD_NODE_ID {node_id!r} is no longer a 28-byte hex node id")
+
+
+def test_entry_kill_gcs_server():
+    from ray._private import ray_constants
+    from ray._private.node import Node
+
+    if getattr(ray_constants, "PROCESS_TYPE_GCS_SERVER", None) != "gcs_server":
+        broken("kill_gcs_server", "ray_constants.PROCESS_TYPE_GCS_SERVER is no longer 'gcs_server'")
+    kill = getattr(Node, "kill_gcs_server", None)
+    if not callable(kill) or "check_alive" not in inspect.signature(kill).parameters:
+        broken("kill_gcs_server", "Node.kill_gcs_server(check_alive=...) is gone")
+    if "all_processes" not in inspect.getsource(Node.__init__) and not hasattr(Node, "all_processes"):
+        broken("kill_gcs_server", "Node no longer keeps all_processes")
+
+
+def test_entry_start_gcs_server():
+    from ray._private.node import Node
+
+    start = getattr(Node, "start_gcs_server", None)
+    if not callable(start) or list(inspect.signature(start).parameters) != ["self"]:
+        broken("start_gcs_server", "Node.start_gcs_server(self) is gone or takes arguments")

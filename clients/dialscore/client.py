@@ -18,7 +18,8 @@ Behaviour:
   each carries ``request``, ``response``, ``param`` and ``attempts``.
 * **Retries** (:class:`RetryPolicy`): statuses 408, 424, 429, 502, 503, 504, a 500 that does not
   carry the service's error body (Serve's proxy answering for a gateway replica that died with the
-  request in flight) and dropped or failed connections, resets included (httpx's
+  request in flight), a 404 without it (a new Serve proxy that has not loaded the routes yet)
+  and dropped or failed connections, resets included (httpx's
   ``NetworkError``, ``RemoteProtocolError`` and ``TimeoutException``) are retried with exponential backoff and full jitter (a delay drawn uniformly from
   ``[0, min(backoff_max, backoff_base * 2**(attempt-1))]``); a ``Retry-After`` header (seconds or
   an HTTP date) replaces the drawn delay, plus a random extra of up to ``retry_after_jitter`` of
@@ -28,6 +29,14 @@ Behaviour:
   retried only when the server says it dropped the work (``x-work-dropped: true``, which the
   gateway sends with its own deadline 408), and a read or write timeout of this client only with
   ``retry_read_timeouts``.
+* **Waiting for the service** (``RetryPolicy.unreachable_wait_s``, default 60 s, gRPC's "wait
+  for ready"): a refused connection (``httpx.ConnectError``; nothing was sent) is not an attempt
+  and takes no retry-budget token; the call tries again after a full-jitter delay of at most
+  ``unreachable_backoff_max`` (2 s) until it has waited ``unreachable_wait_s`` in all, then
+  raises :class:`~dialscore.errors.APIConnectionError` saying the service is unreachable. So a
+  call outlasts any run of refusals shorter than that (a Serve proxy being replaced, about 30 s
+  with Ray's default proxy health checks) and gives up after at most
+  ``unreachable_wait_s + unreachable_backoff_max`` seconds of waiting.
 * **Retry budget** (:class:`~dialscore.retry_budget.RetryBudget`, one per client unless given,
   shared by all its calls and threads): gRPC-style retry throttling, by default
   ``2 * max_attempts * max_concurrency`` tokens (retries stop after about ``max_attempts`` failed
@@ -145,6 +154,27 @@ class RetryPolicy:
     #: because every endpoint is a pure function of its input. The service's own 500
     #: (``internal``: a bug, the same on every try) is never retried.
     retry_proxy_500: bool = True
+    #: Retry a 404 that lacks the service's ``x-error-type`` header: a Serve proxy that has just
+    #: started (after the previous one died) answers a plain 404 until it has loaded the
+    #: application's routes. The service's own 404s (``not_found``, ``unknown_model``) are never
+    #: retried; a URL that is not a dialscore service costs ``max_attempts`` tries.
+    retry_proxy_404: bool = True
+    #: Wait for the service to be reachable (gRPC's "wait for ready"): a refused connection
+    #: (``httpx.ConnectError``: no connection was made, nothing was sent) is tried again without
+    #: counting as an attempt and without taking a token of the retry budget, until the call has
+    #: waited this many seconds in all for connections to be accepted; then it raises
+    #: :class:`~dialscore.errors.APIConnectionError`. Covers a Serve proxy that is down until
+    #: its controller starts a new one. 0 makes a refusal an ordinary failed attempt.
+    unreachable_wait_s: float = 60.0
+    #: The delay after the k-th refusal in a row is drawn from
+    #: ``[0, min(unreachable_backoff_max, backoff_base * 2**(k-1))]``.
+    unreachable_backoff_max: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if self.unreachable_wait_s < 0 or self.unreachable_backoff_max <= 0:
+            raise ValueError("unreachable_wait_s must be >= 0 and unreachable_backoff_max > 0")
 
     def retries(self, response: httpx.Response) -> bool:
         """Whether this response's status is worth another attempt (a 408 only when the server
@@ -154,13 +184,30 @@ class RetryPolicy:
                 response.headers.get("x-work-dropped", "").lower() == "true")
         if response.status_code in self.retry_statuses:
             return True
-        return (self.retry_proxy_500 and response.status_code == 500
-                and "x-error-type" not in response.headers)
+        if "x-error-type" in response.headers:
+            return False
+        return ((self.retry_proxy_500 and response.status_code == 500)
+                or (self.retry_proxy_404 and response.status_code == 404))
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Full-jitter delay after failed attempt number ``attempt`` (1-based)."""
         cap = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
         return rng.uniform(0.0, cap)
+
+    def unreachable_backoff(self, refusals: int, rng: random.Random) -> float:
+        """Full-jitter delay after the `refusals`-th refused connection in a row (1-based)."""
+        cap = min(self.unreachable_backoff_max, self.backoff_base * 2 ** min(refusals - 1, 30))
+        return rng.uniform(0.0, cap)
+
+
+@dataclass
+class Unreachable:
+    """One call's wait for the service to be reachable: refused connections in a row, and the
+    seconds waited after refusals in all (:attr:`RetryPolicy.unreachable_wait_s`)."""
+
+    in_a_row: int = 0
+    refused: int = 0
+    waited_s: float = 0.0
 
 
 NO_RETRY = RetryPolicy(max_attempts=1)
@@ -374,6 +421,36 @@ class _BaseClient:
                     type(exc).__name__, exc, attempt, self.retry.max_attempts - 1, delay)
         return delay
 
+    def _unreachable_delay(self, exc: httpx.ConnectError, request: httpx.Request,
+                           state: Unreachable, attempts: int) -> float:
+        """Seconds to wait after a refused connection, or raise
+        :class:`~dialscore.errors.APIConnectionError` once the call has waited
+        ``unreachable_wait_s`` in all (see :class:`RetryPolicy`)."""
+        state.in_a_row += 1
+        state.refused += 1
+        if state.waited_s >= self.retry.unreachable_wait_s:
+            raise APIConnectionError(
+                f"{request.method} {request.url}: the service is unreachable: {state.refused} "
+                f"connections refused over {state.waited_s:.1f} s of waiting (RetryPolicy."
+                f"unreachable_wait_s={self.retry.unreachable_wait_s:g}); last: {exc}",
+                request=request, attempts=attempts) from exc
+        delay = self.retry.unreachable_backoff(state.in_a_row, self._rng)
+        state.waited_s += delay
+        log.warning("%s %s: connection refused (%s); waiting %.2f s for the service (%.1f of "
+                    "%g s)", request.method, request.url.path, exc, delay, state.waited_s,
+                    self.retry.unreachable_wait_s)
+        return delay
+
+    def _next_delay(self, outcome: Outcome, request: httpx.Request, attempt: int,
+                    state: Unreachable) -> tuple[float | None, int]:
+        """The delay before the next send (None: `outcome` is the answer) and the attempts
+        counted so far: a refused connection does not count while the call waits for the
+        service to be reachable (:attr:`RetryPolicy.unreachable_wait_s`)."""
+        if isinstance(outcome, httpx.ConnectError) and self.retry.unreachable_wait_s > 0:
+            return self._unreachable_delay(outcome, request, state, attempt + 1), attempt
+        state.in_a_row = 0
+        return self._retry_delay(outcome, request, attempt + 1), attempt + 1
+
     def _retry_delay(self, outcome: Outcome, request: httpx.Request, attempt: int) -> float | None:
         """Seconds to wait before sending `request` again after attempt number `attempt` gave
         `outcome`; None when `outcome` (then a response) is the answer to return. Raises the error
@@ -511,16 +588,15 @@ class DialscoreClient(_BaseClient):
     def _send(self, method: str, path: str, json: Any = None) -> tuple[httpx.Response, int]:
         """Send with retries; the last response and the number of attempts it took."""
         request = self._http.build_request(method, path, json=json)
-        attempt = 0
+        attempt, unreachable = 0, Unreachable()
         while True:
-            attempt += 1
             outcome: Outcome
             try:
                 with self._limit:
                     outcome = self._http.send(request)
             except httpx.TransportError as exc:
                 outcome = exc
-            delay = self._retry_delay(outcome, request, attempt)
+            delay, attempt = self._next_delay(outcome, request, attempt, unreachable)
             if delay is None:
                 return outcome, attempt  # type: ignore[return-value]
             if isinstance(outcome, httpx.Response):
@@ -647,16 +723,15 @@ class AsyncDialscoreClient(_BaseClient):
     async def _send(self, method: str, path: str, json: Any = None) -> tuple[httpx.Response, int]:
         """Send with retries; the last response and the number of attempts it took."""
         request = self._http.build_request(method, path, json=json)
-        attempt = 0
+        attempt, unreachable = 0, Unreachable()
         while True:
-            attempt += 1
             outcome: Outcome
             try:
                 async with self._limit:
                     outcome = await self._http.send(request)
             except httpx.TransportError as exc:
                 outcome = exc
-            delay = self._retry_delay(outcome, request, attempt)
+            delay, attempt = self._next_delay(outcome, request, attempt, unreachable)
             if delay is None:
                 return outcome, attempt  # type: ignore[return-value]
             if isinstance(outcome, httpx.Response):

@@ -19,6 +19,11 @@ prefix_cache_layer        transformers  subclassing ``cache_utils.DynamicLayer``
                                         ``device`` and its ``update`` contract
 session_logs_dir          Ray           ``ray._private.worker._global_node.get_logs_dir_path``
                                         (the test suite's log audit only)
+kill_gcs_server           Ray           ``ray._private.node.Node.kill_gcs_server`` and
+                                        ``all_processes["gcs_server"]`` (the test suite's
+                                        local cluster only)
+start_gcs_server          Ray           ``ray._private.node.Node.start_gcs_server`` (the test
+                                        suite's local cluster only)
 ========================  ============  ======================================================
 
 Nothing here imports torch, transformers or Ray at module level: the gateway imports this module
@@ -33,7 +38,7 @@ from typing import Any
 #: The entries of this module, for the guard tests.
 ENTRIES = ("replica_accepted", "onednn_linear", "quantized_linear_prepack",
            "quantized_linear_dynamic", "prefix_cache_layer", "session_logs_dir",
-           "fake_head_node_id")
+           "fake_head_node_id", "kill_gcs_server", "start_gcs_server")
 
 
 def replica_accepted(response: Any) -> Awaitable[Any] | None:
@@ -177,3 +182,34 @@ def fake_head_node_id() -> str:
     from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
 
     return str(FAKE_HEAD_NODE_ID)
+
+
+def kill_gcs_server(head_node: Any) -> int:
+    """SIGKILL the GCS server of `head_node` (a ``ray.cluster_utils.Cluster``'s ``head_node``),
+    wait until it is gone and return its process id.
+
+    Why: the test suite's local cluster (``tests/cluster/localcluster.py``) takes its head's GCS
+    away to test GCS fault tolerance. Ray starts the GCS inside its head node object and offers no
+    public way to find or stop that one process (``ray stop`` ends every Ray on the machine);
+    ``Node.kill_gcs_server`` kills exactly the one this cluster started, and the node then knows it
+    is gone (:func:`start_gcs_server` can start it again). Without it that test cannot run (the
+    service itself never needs it)."""
+    from ray._private import ray_constants
+
+    (info,) = head_node.all_processes[ray_constants.PROCESS_TYPE_GCS_SERVER]
+    pid = int(info.process.pid)
+    head_node.kill_gcs_server()
+    return pid
+
+
+def start_gcs_server(head_node: Any) -> int:
+    """Start `head_node`'s GCS server again, on its port, with its session and external storage
+    (Redis), as KubeRay's restarted head pod does; return the new process id.
+
+    Why: as :func:`kill_gcs_server`; ``Node.start_gcs_server`` is what Ray's own GCS fault
+    tolerance tests use. Without it that test cannot run."""
+    from ray._private import ray_constants
+
+    head_node.start_gcs_server()
+    (info,) = head_node.all_processes[ray_constants.PROCESS_TYPE_GCS_SERVER]
+    return int(info.process.pid)

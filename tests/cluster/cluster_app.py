@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from dialscore_server.gateway.embedded import PROXY_HEALTH_ENV
+
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "cluster-test-token"
 #: What a pod's env is on KubeRay: the API-token secret on every node, head included.
@@ -25,7 +27,9 @@ MODEL = "dialogpt-medium"
 #: Serve's own start-up deadline for a proxy (default 5 s, then it is killed and started again,
 #: and `serve.start` fails) raised to a hang guard: on a machine whose cores are busy with other
 #: work, a proxy can take longer than 5 s to start.
-SERVE_ENV = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60"}
+#: And Serve's proxy health checks as on KubeRay's head (deployments/kuberay/rayservice.yaml) and
+#: in the embedded default.
+SERVE_ENV = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60", **PROXY_HEALTH_ENV}
 
 
 def scaled_down(stand_ins: Path, engine: str | None = None, **overrides: Any) -> dict[str, Any]:

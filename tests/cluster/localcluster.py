@@ -89,6 +89,28 @@ class LocalCluster:
         pod looks like to Ray); returns the seconds it took."""
         return self.call(_kill_worker, node_id)
 
+    def kill_gcs(self) -> int:
+        """SIGKILL the head's GCS server (this cluster's only; the raylets, workers and actors
+        go on running); returns its pid. Needs GCS fault tolerance (``RAY_REDIS_ADDRESS`` in
+        `env`, and a fixed ``gcs_server_port`` in `head`) for :meth:`start_gcs` to recover."""
+        return self.call(_kill_gcs)
+
+    def start_gcs(self) -> int:
+        """Start the head's GCS server again on its port (as KubeRay's restarted head pod does);
+        it reloads the cluster's state from Redis and the raylets reconnect. Returns its pid."""
+        return self.call(_start_gcs)
+
+    def proxy_pids(self) -> dict[str, int]:
+        """Per node id: the process id of Serve's proxy actor on that node (found among the
+        node raylet's children by its process title ``ray::ProxyActor``)."""
+        return self.call(_proxy_pids)
+
+    def kill_proxy(self, node_id: str) -> int:
+        """SIGKILL Serve's proxy actor process on node `node_id` (see :meth:`proxy_pids`) and
+        return once it is gone; returns its pid. Serve's controller starts a new one after its
+        health checks fail."""
+        return self.call(_kill_proxy, node_id)
+
     # -- Serve -------------------------------------------------------------------------------
 
     def deploy(self, app_args: Any, *, http_port: int, name: str = "dialscore",
@@ -253,6 +275,48 @@ def _kill_worker(node_id: str) -> float:
     psutil.wait_procs(doomed, timeout=30)
     cluster.remove_node(node, allow_graceful=False)
     return time.monotonic() - start
+
+
+def _kill_gcs() -> int:
+    from dialscore_server.compat import kill_gcs_server
+
+    return kill_gcs_server(_STATE["cluster"].head_node)
+
+
+def _start_gcs() -> int:
+    from dialscore_server.compat import start_gcs_server
+
+    return start_gcs_server(_STATE["cluster"].head_node)
+
+
+def _proxy_pids() -> dict[str, int]:
+    import psutil
+
+    cluster = _STATE["cluster"]
+    out = {}
+    for node in [cluster.head_node, *cluster.worker_nodes]:
+        (raylet,) = node.all_processes["raylet"]
+        for proc in psutil.Process(raylet.process.pid).children(recursive=True):
+            try:
+                if " ".join(proc.cmdline()).strip().startswith("ray::ProxyActor"):
+                    out[node.node_id] = proc.pid
+            except psutil.Error:
+                pass
+    return out
+
+
+def _kill_proxy(node_id: str) -> int:
+    import signal
+
+    import psutil
+
+    pid = _proxy_pids()[node_id]
+    os.kill(pid, signal.SIGKILL)
+    try:
+        psutil.Process(pid).wait(60)   # a hang guard; reaped by its raylet
+    except psutil.NoSuchProcess:
+        pass
+    return pid
 
 
 def _deploy(args: dict[str, Any], http_port: int, name: str, route_prefix: str, wait: bool) -> None:

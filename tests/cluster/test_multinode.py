@@ -260,3 +260,37 @@ def test_a_gateway_without_a_token_refuses_to_start_when_auth_is_required(cluste
     assert r.status_code in (404, 503) and "x-error-type" not in r.headers   # nothing of ours answered
     cluster.delete_app("noauth")
     assert httpx.get(f"{cluster.url}/v1/models", headers=AUTH, timeout=30).status_code == 200
+
+
+def test_a_node_whose_proxy_died_is_covered_by_the_other_nodes_proxies(cluster):
+    """SIGKILL of a worker node's Serve proxy (proxy_location EveryNode: one per node). The
+    nodes' proxies share the HTTP port (here one loopback port, which the kernel spreads
+    connections over; on Kubernetes the Service `dialscore-serve-svc` in front of every pod's
+    port 8000, whose endpoints drop a pod once its readiness probe of the proxy fails): every
+    request over a fresh connection is answered by another node's proxy, none is refused. Serve's
+    controller then starts a new proxy on that node, which serves too."""
+    nodes = {n["node_id"]: n for n in cluster.nodes()}
+    before = cluster.proxy_pids()
+    assert set(before) == set(nodes), (before, nodes)      # a proxy on every node
+    victim = next(n for n in sorted(nodes) if not nodes[n]["is_head"])
+    started = time.monotonic()
+    dead = cluster.kill_proxy(victim)
+    with httpx.Client(base_url=cluster.url, headers=AUTH, timeout=HANG_S, limits=FRESH) as http:
+        statuses = [http.get("/v1/models").status_code for _ in range(3 * ROUND)]
+    answered_s = time.monotonic() - started
+    replaced_during = cluster.proxy_pids().get(victim)
+    assert statuses == [200] * (3 * ROUND), statuses
+
+    def new_proxy():
+        pid = cluster.proxy_pids().get(victim)
+        return pid if pid is not None and pid != dead else None
+
+    new_pid = wait_until(new_proxy, "a new proxy on the node whose proxy died", HANG_S)
+    replaced_s = time.monotonic() - started
+    with httpx.Client(base_url=cluster.url, headers=AUTH, timeout=HANG_S, limits=FRESH) as http:
+        statuses = [http.get("/v1/models").status_code for _ in range(ROUND)]
+    assert statuses == [200] * ROUND, statuses
+    print(f"\nproxy of node {victim[:8]} (pid {dead}) SIGKILLed: {3 * ROUND} requests over fresh "
+          f"connections all 200 within {answered_s:.1f} s (a new proxy there by then: "
+          f"{replaced_during not in (None, dead)}); new proxy (pid {new_pid}) found {replaced_s:.1f} s "
+          f"after the kill")

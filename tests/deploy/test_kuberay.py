@@ -70,6 +70,11 @@ def test_gcs_fault_tolerance_and_autoscaling_are_configured():
     assert ft["redisAddress"] and ft["redisPassword"]["valueFrom"]["secretKeyRef"]["name"] == "dialscore-redis"
     assert cluster["enableInTreeAutoscaling"] is True
     assert cluster["headGroupSpec"]["rayStartParams"]["num-gpus"] == "0"
+    # Workers outlast a head restart: they wait for the GCS longer than Ray's default 60 s.
+    for group in cluster["workerGroupSpecs"]:
+        (container,) = group["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert float(env["RAY_gcs_rpc_server_reconnect_timeout_s"]) >= 300, env
     serve = yaml.safe_load(manifest()["spec"]["serveConfigV2"])["applications"][0]["args"]
     assert serve["auth_required"] is True and serve.get("auth_token_env", "DIALSCORE_API_TOKEN") == "DIALSCORE_API_TOKEN"
 
@@ -155,3 +160,15 @@ def test_nothing_patches_serves_proxy():
     for path in [root / "Dockerfile", *sorted((root / "deployments").rglob("*.yaml"))]:
         text = path.read_text()
         assert "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH" not in text and "proxy_guard" not in text, path
+
+
+def test_the_head_replaces_a_dead_proxy_as_soon_as_the_embedded_default_does():
+    """Serve's controller runs on the head: its proxy health-check period is the embedded
+    default's (gateway/embedded.py PROXY_HEALTH_ENV), not Ray's 10 s."""
+    from dialscore_server.gateway.embedded import PROXY_HEALTH_ENV
+
+    head = manifest()["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    (container,) = head["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    for name, value in PROXY_HEALTH_ENV.items():
+        assert env.get(name) == value, (name, env.get(name))

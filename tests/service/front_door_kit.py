@@ -117,9 +117,10 @@ class RecordingUpstream:
         self._server: asyncio.Server | None = None
         self.port = 0
 
-    async def start(self) -> None:
+    async def start(self, port: int = 0) -> None:
+        """Listen on 127.0.0.1:`port` (0: a free one; see :attr:`port`)."""
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: _UpstreamConnection(self), "127.0.0.1", 0)
+            lambda: _UpstreamConnection(self), "127.0.0.1", port)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:

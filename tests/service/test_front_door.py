@@ -246,3 +246,72 @@ def test_the_408_is_the_gateways_own_error_response():
     assert head.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
     assert body == error_response(err).body and json.loads(body)["error"]["type"] == "overloaded"
     assert b"\r\nretry-after: 1" in head.lower() and head.endswith(b"connection: close")
+
+
+# ------------------------------------------------------------------ Serve's proxy down
+
+def reserved_port() -> tuple[socket.socket, int]:
+    """A loopback port bound but not listening: connecting to it is refused."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock, sock.getsockname()[1]
+
+
+@pytest.fixture()
+def down() -> Iterator[tuple[FrontDoor, ManualClock, LoopThread, socket.socket, int]]:
+    """A front door whose Serve proxy refuses connections (its port reserved, nothing listening),
+    waiting for it up to 2 s by the manual clock."""
+    with LoopThread().running() as thread:
+        holder, port = reserved_port()
+        clock = ManualClock()
+        door = FrontDoor(("127.0.0.1", port),
+                         FrontDoorLimits(header_timeout_s=DEADLINE_S, upstream_wait_s=2.0),
+                         clock=clock, linger_s=HANG_S)
+        thread.run(door.start("127.0.0.1", 0))
+        try:
+            yield door, clock, thread, holder, port
+        finally:
+            holder.close()
+            thread.run(door.close())
+
+
+def wait_for_failures(door: FrontDoor, clock: ManualClock, n: int) -> None:
+    """Wait until `n` connections to the proxy have failed and the retry timer is the only one
+    armed (the request's head is complete: its deadline is off)."""
+    import time
+
+    deadline = time.monotonic() + HANG_S
+    while not (door.upstream_failures >= n and clock.armed() == 1):
+        assert time.monotonic() < deadline, (door.upstream_failures, clock.armed())
+        time.sleep(0.01)
+
+
+def test_a_request_waits_while_serves_proxy_refuses_and_is_answered_once_it_is_back(down):
+    door, clock, thread, holder, port = down
+    with socket.create_connection(("127.0.0.1", door.port), timeout=HANG_S) as sock, \
+            sock.makefile("rb") as reader:
+        sock.sendall(get("/waited"))
+        wait_for_failures(door, clock, 1)
+        clock.advance(0.25)                   # tried again: still refused
+        wait_for_failures(door, clock, 2)
+        holder.close()                        # a new proxy listens on the port
+        upstream = RecordingUpstream()
+        thread.run(upstream.start(port))
+        try:
+            clock.advance(0.5)
+            assert described(read_response(reader))["target"] == "/waited"
+        finally:
+            thread.run(upstream.close())
+    assert door.upstream_failures == 2
+
+
+def test_a_request_gets_no_answer_once_the_front_door_has_waited_upstream_wait_s(down):
+    door, clock, *_ = down
+    with socket.create_connection(("127.0.0.1", door.port), timeout=HANG_S) as sock:
+        sock.sendall(get("/never"))
+        for failures in range(1, 5):          # each wait is at most 1 s
+            wait_for_failures(door, clock, failures)   # still waiting: a retry timer armed
+            clock.advance(1.0)
+        assert rest_until_closed(sock, HANG_S) == b""
+    # Waits of 0.25, 0.5, 1 and the 0.25 left of the 2 s: the fifth refusal closes it.
+    assert door.upstream_failures == 5

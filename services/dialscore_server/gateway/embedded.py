@@ -31,6 +31,16 @@ LOCAL_CONFIG = Path(str(files("dialscore_server.deployments") / "local.yaml"))
 #: (a hang guard: on a machine busy with other work a proxy can take minutes).
 PROXY_START_LIMIT_S = 600.0
 
+#: Ray's own settings for Serve's proxy health checks, for the embedded default (an operator's
+#: own value in the environment wins; on a cluster they go in the head's environment, see
+#: deployments/kuberay/rayservice.yaml). Serve's controller replaces a proxy after 3 failed health
+#: checks in a row (a constant in Ray), one every ``RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S``
+#: (Ray's default 10 s): a proxy that died refuses connections some 30 s before a new one starts.
+#: Every 2 s, that part is about 6 s. Each check still waits up to
+#: ``RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S`` (10 s) for an answer, so a busy proxy is no more
+#: likely to be replaced than before. Read by the controller when it starts.
+PROXY_HEALTH_ENV = {"RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S": "2"}
+
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
@@ -94,7 +104,9 @@ def local_service(args: AppArgs, *, num_cpus: int | None = None, name: str = "di
     HOST:PORT (default 127.0.0.1 and a free port) is the front door's (gateway/front_door.py),
     with `limits` (default: from ``DIALSCORE_HEADER_TIMEOUT_S`` and
     ``DIALSCORE_MAX_CONNECTIONS``, read before Ray starts, so a bad value fails at once). Serve's
-    HTTP proxy listens on another free port of 127.0.0.1, for the front door. The front door
+    HTTP proxy listens on another free port of 127.0.0.1, for the front door; Ray's proxy health
+    checks are set from :data:`PROXY_HEALTH_ENV` (into this process's environment, where not set
+    already, so that Serve's controller inherits them). The front door
     runs in this process, which records its counts to Ray's metrics agent as well as to its own
     registry (metrics.py).
 
@@ -116,6 +128,8 @@ def local_service(args: AppArgs, *, num_cpus: int | None = None, name: str = "di
     limits = limits or FrontDoorLimits.from_environment()
     port = port or free_port()
     proxy_port = free_port()
+    for variable, value in PROXY_HEALTH_ENV.items():   # Serve's controller inherits them
+        os.environ.setdefault(variable, value)
     roots = [str(Path(pkg.__file__).resolve().parents[1]) for pkg in (dialscore_server, dialscore)]
     pythonpath = os.pathsep.join(p for p in (*roots, os.environ.get("PYTHONPATH")) if p)
     ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,

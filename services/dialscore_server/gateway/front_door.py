@@ -24,6 +24,14 @@ The limits (:class:`FrontDoorLimits`; ``DIALSCORE_HEADER_TIMEOUT_S`` and
   ``overloaded`` with ``Retry-After: 1``, and the connection is closed. Connections opened before
   are served as usual.
 
+**Waiting for Serve's proxy.** A connection to Serve's proxy that is refused (the proxy process
+died, and Serve's controller has not started a new one yet) is tried again after 0.25 s, then
+after delays doubling up to 1 s, until the connection has waited `upstream_wait_s` (default 60)
+in all; the client's bytes are held meanwhile, so its request is answered late, not failed. Only
+after that is the client's connection closed without an answer. (Serve's proxy down means about
+6 s of missed health checks plus a new proxy's start: gateway/embedded.py, ``PROXY_HEALTH_ENV``.)
+The waits are timed by the front door's clock.
+
 Each refusal is counted in ``dialscore_slow_clients_total{kind="headers"|"idle"|"connections"}``
 (metrics.py). Answers are built by the gateway's one error mapping (gateway/http_errors.py). After
 an answer the front door stops sending (a FIN), reads and discards what the client still sends
@@ -64,6 +72,8 @@ Refusal = Literal["headers", "idle", "connections"]
 #: Client bytes held while the connection to Serve's proxy is being opened; beyond this the
 #: client's reading pauses until it is open.
 _HELD_BEFORE_CONNECT = 256 * 1024
+#: The first and the longest delay before connecting to Serve's proxy again after a refusal.
+UPSTREAM_RETRY_FIRST_S, UPSTREAM_RETRY_MAX_S = 0.25, 1.0
 
 
 @dataclass(frozen=True)
@@ -72,8 +82,14 @@ class FrontDoorLimits:
 
     header_timeout_s: float = 10.0
     max_connections: int = 1024
+    #: How long a client connection waits, in all, for Serve's proxy to accept the front door's
+    #: connection (see the module docstring); 0: close it at the first refusal.
+    upstream_wait_s: float = 60.0
 
     def __post_init__(self) -> None:
+        if not (self.upstream_wait_s >= 0 and math.isfinite(self.upstream_wait_s)):
+            raise ValueError(f"upstream_wait_s must be a finite number >= 0, "
+                             f"got {self.upstream_wait_s!r}")
         if not (self.header_timeout_s > 0 and math.isfinite(self.header_timeout_s)):
             raise ValueError(f"header_timeout_s must be a finite number > 0, "
                              f"got {self.header_timeout_s!r}")
@@ -137,6 +153,8 @@ class FrontDoor:
         self._clock = clock
         self._server: asyncio.Server | None = None
         self._open: set[_Connection] = set()
+        #: Connections to Serve's proxy that failed (each try counts), since the start.
+        self.upstream_failures = 0
 
     @property
     def clock(self) -> Clock:
@@ -292,13 +310,26 @@ class _Connection(asyncio.Protocol):
 
     async def _open_upstream(self) -> None:
         loop = asyncio.get_running_loop()
-        try:
-            transport, _ = await loop.create_connection(lambda: _Upstream(self), *self.door.upstream)
-        except OSError as exc:
-            logger.warning("front door: cannot reach Serve's proxy at %s:%d (%s); closing the "
-                           "client's connection", *self.door.upstream, exc)
-            self.abort()
-            return
+        waited, delay = 0.0, UPSTREAM_RETRY_FIRST_S
+        while True:
+            try:
+                transport, _ = await loop.create_connection(lambda: _Upstream(self), *self.door.upstream)
+                break
+            except OSError as exc:
+                self.door.upstream_failures += 1
+                if self.finished:   # answered meanwhile (a header deadline): nothing to relay
+                    return
+                left = self.door.limits.upstream_wait_s - waited
+                if left <= 0:
+                    logger.warning("front door: cannot reach Serve's proxy at %s:%d (%s) after "
+                                   "waiting %.1f s; closing the client's connection",
+                                   *self.door.upstream, exc, waited)
+                    self.abort()
+                    return
+                wait = min(delay, left)
+                await self._wait(wait)
+                waited += wait
+                delay = min(2 * delay, UPSTREAM_RETRY_MAX_S)
         if self.finished:
             transport.close()
             return
@@ -310,6 +341,15 @@ class _Connection(asyncio.Protocol):
         self.resume_client("connecting")
         if self._client_eof and transport.can_write_eof():
             transport.write_eof()
+
+    async def _wait(self, seconds: float) -> None:
+        """Sleep `seconds` by the front door's clock (cancelled with the connection)."""
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        timer = self.door.clock.call_later(seconds, lambda: woken.done() or woken.set_result(None))
+        try:
+            await woken
+        finally:
+            timer.cancel()
 
     def from_upstream(self, data: bytes) -> None:
         if self.finished or self.client is None:
