@@ -102,7 +102,7 @@ class LocalCluster:
 
     def proxy_pids(self) -> dict[str, int]:
         """Per node id: the process id of Serve's proxy actor on that node (found among the
-        node raylet's children by its process title ``ray::ProxyActor``)."""
+        node's processes by the title Ray gives an actor's process, ``ray::ProxyActor``)."""
         return self.call(_proxy_pids)
 
     def kill_proxy(self, node_id: str) -> int:
@@ -186,9 +186,13 @@ def _start(head: dict[str, Any], workers: list[dict[str, Any]], autoscaler: Auto
             "_system_config": SYSTEM_CONFIG, **head}
     if autoscaler is not None:
         head.update(_autoscaling_head(head, autoscaler))
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children()}
     cluster = Cluster(initialize_head=True, head_node_args=head)
     _STATE["cluster"] = cluster
-    _STATE["roots"] = {}
+    _STATE["roots"] = {cluster.head_node.node_id: [
+        p for p in psutil.Process().children() if p.pid not in before]}
     for worker in workers:
         _add_worker(worker)
     cluster.wait_for_nodes()
@@ -292,14 +296,13 @@ def _start_gcs() -> int:
 def _proxy_pids() -> dict[str, int]:
     import psutil
 
-    cluster = _STATE["cluster"]
     out = {}
-    for node in [cluster.head_node, *cluster.worker_nodes]:
-        (raylet,) = node.all_processes["raylet"]
-        for proc in psutil.Process(raylet.process.pid).children(recursive=True):
+    for node_id, roots in _STATE["roots"].items():
+        for root in roots:
             try:
-                if " ".join(proc.cmdline()).strip().startswith("ray::ProxyActor"):
-                    out[node.node_id] = proc.pid
+                for proc in root.children(recursive=True):
+                    if " ".join(proc.cmdline()).strip().startswith("ray::ProxyActor"):
+                        out[node_id] = proc.pid
             except psutil.Error:
                 pass
     return out
@@ -387,16 +390,16 @@ def _shutdown() -> None:
     cluster = _STATE.pop("cluster", None)
     if cluster is None:
         return
-    # Worker raylets the fake autoscaler started are children of the head's monitor process:
-    # collect them before the head goes, end them by pid after.
-    launched = []
-    head = cluster.head_node
-    if head is not None:
-        import psutil
+    # Worker raylets the fake autoscaler started descend from the head's monitor, not from
+    # anything Ray's Cluster knows: collect every descendant of the nodes' processes before the
+    # head goes, end what is left by pid after.
+    import psutil
 
-        for info in head.all_processes.get("monitor", []):
+    launched = []
+    for roots in _STATE.pop("roots", {}).values():
+        for root in roots:
             try:
-                launched += psutil.Process(info.process.pid).children(recursive=True)
+                launched += [root, *root.children(recursive=True)]
             except psutil.Error:
                 pass
     try:
