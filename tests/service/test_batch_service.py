@@ -132,3 +132,36 @@ def test_merged_blocks_agree_with_the_service_to_the_prefix_reuse_tolerance(job_
          "--summary-json", str(tmp_path / "s.json")])
     assert done.returncode == 0, done.stderr[-3000:]
     check_output(tmp_path / "out.jsonl", tmp_path / "s.json", expected, tol=1e-4)
+
+
+def test_a_cedar_sweep_as_a_batch_job_scores_as_the_http_probe_run(served, job_input, tmp_path):
+    """`dialscore probe --as-batch`, the job on Ray Data, `--from-batch-output`: the same pairs
+    and, to the prefix-reuse tolerance, the same NLLs as the probe run over HTTP."""
+    import ray
+
+    from dialscore.client import DialscoreClient
+    from dialscore.probes import SAMPLE_DATA
+    from dialscore.probes.data import dump_dialogues, load_dialogues
+    from dialscore.probes.run import run_probes, write_probe_batch
+
+    _, config, _ = job_input
+    data = tmp_path / "data.jsonl"
+    dump_dialogues([d for d in load_dialogues(SAMPLE_DATA) if d.id.endswith("-01")], data)
+    fast = {"progress": False, "plots": False, "n_boot": 50}
+    models = ["dialogpt-medium", "bart-base"]
+    with DialscoreClient(served.url, timeout=120) as client:
+        http = run_probes(client, data, models, out_dir=tmp_path / "http", **fast)
+        counts = write_probe_batch(client, data, tmp_path / "req.jsonl", models,
+                                   out_dir=tmp_path / "job", chunk_size=16)
+        done = run_batch_command(
+            ["-i", str(tmp_path / "req.jsonl"), "-o", str(tmp_path / "out.jsonl"),
+             "--config", str(config), "--address", ray.get_runtime_context().gcs_address,
+             "--num-cpus", "0.2", "--batch-size", "4", "--no-progress"])
+        assert done.returncode == 0, done.stderr[-3000:]
+        job = run_probes(client, data, models, out_dir=tmp_path / "job", chunk_size=16,
+                         batch_output=tmp_path / "out.jsonl", **fast)
+    assert counts["items"] > 0 and len(job.pairs) == len(http.pairs) > 0
+    for a, b in zip(job.pairs, http.pairs):
+        assert (a.pair_id, a.valid_item, a.corrupted_item) == (b.pair_id, b.valid_item, b.corrupted_item)
+        assert a.nll_valid == pytest.approx(b.nll_valid, abs=1e-4)
+        assert a.nll_corrupted == pytest.approx(b.nll_corrupted, abs=1e-4)
