@@ -9,14 +9,15 @@ blocks of output lines as they finish (in no particular order across blocks).
   Serve application on the same cluster keeps its replicas and resources), and the driver
   iterates the result with the streaming executor, so blocks come back, and are written, while
   later ones are still being scored. A task lost with its node is retried by Ray Data; its rows
-  come back once, from the retry.
+  come back once, from the retry. Nodes alive at the start and gone at the end are reported in
+  :attr:`RayDataExecutor.notes` (the job's summary).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dialscore_server.batch.lines import Request
@@ -24,6 +25,9 @@ from dialscore_server.batch.models import JobModels
 
 
 class Executor(Protocol):
+    #: What the run met that the summary should say (e.g. nodes lost), filled in by :meth:`run`.
+    notes: list[str]
+
     def run(self, requests: Sequence[Request]) -> Iterator[list[dict[str, Any]]]:
         """Blocks of output lines, one line per request overall."""
         ...
@@ -35,6 +39,7 @@ class InlineExecutor:
 
     models: JobModels
     batch_size: int = 16
+    notes: list[str] = field(default_factory=list)
 
     def run(self, requests: Sequence[Request]) -> Iterator[list[dict[str, Any]]]:
         if not requests:
@@ -59,6 +64,7 @@ class RayDataExecutor:
     num_gpus: float = 0.0
     batch_size: int = 16
     local_cpus: int | None = None
+    notes: list[str] = field(default_factory=list)
 
     def run(self, requests: Sequence[Request]) -> Iterator[list[dict[str, Any]]]:
         if not requests:
@@ -77,6 +83,7 @@ class RayDataExecutor:
                 {"num_cpus": self.local_cpus} if self.local_cpus else {})
             ray.init(log_to_driver=False, include_dashboard=False, **kwargs)
             started = True
+        alive_at_start = _alive_nodes(ray)
         try:
             rows = [r.row() for r in requests]
             ds = ray.data.from_items(rows, override_num_blocks=math.ceil(len(rows) / self.batch_size))
@@ -86,6 +93,16 @@ class RayDataExecutor:
                 num_cpus=self.num_cpus, num_gpus=self.num_gpus or None, batch_format="numpy")
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
                 yield [json.loads(x) for x in batch["output"]]
+            lost = alive_at_start - _alive_nodes(ray)
+            if lost:
+                self.notes.append(
+                    f"{len(lost)} node(s) lost during the job ({', '.join(sorted(lost))}); Ray "
+                    "Data re-ran the blocks their actors held, each line was written once")
         finally:
             if started:
                 ray.shutdown()
+
+
+def _alive_nodes(ray: Any) -> set[str]:
+    """The ids of the cluster's alive nodes (``ray.nodes()``)."""
+    return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}

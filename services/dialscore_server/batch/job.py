@@ -14,7 +14,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dialscore_server.batch.executors import Executor
@@ -31,15 +31,20 @@ KILL_AFTER_ENV = "DIALSCORE_BATCH_TEST_KILL_AFTER"
 class Summary:
     """What a job did. `total`: input lines; `resumed`: lines the output already answered when
     the job started; `done`/`failed`: lines answered in this run with a 200 / an error;
-    `seconds`: this run's time; `items_per_s`: lines answered per second in this run;
-    `torn_bytes`: bytes of a torn last output line cut off at the start."""
+    `seconds`: this run's time; `first_block_s`: from the start to the first scored block
+    written (reading, Ray and actor start, model load, one block; None when nothing was scored);
+    `items_per_s`: lines answered per second in this run; `torn_bytes`: bytes of a torn last
+    output line cut off at the start; `notes`: what the executor met (nodes lost and their
+    blocks re-run)."""
 
     total: int
     resumed: int
     done: int
     failed: int
     seconds: float
+    first_block_s: float | None = None
     torn_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
 
     @property
     def items_per_s(self) -> float:
@@ -49,8 +54,10 @@ class Summary:
         return {**asdict(self), "items_per_s": round(self.items_per_s, 3)}
 
     def line(self) -> str:
-        return (f"batch: {self.done} done, {self.failed} failed, {self.resumed} resumed from the "
-                f"output, {self.total} lines; {self.seconds:.1f} s, {self.items_per_s:.2f} items/s")
+        return "".join([
+            f"batch: {self.done} done, {self.failed} failed, {self.resumed} resumed from the "
+            f"output, {self.total} lines; {self.seconds:.1f} s, {self.items_per_s:.2f} items/s",
+            *(f"\nbatch: {note}" for note in self.notes)])
 
 
 def read_requests(path: str | Path) -> tuple[list[Request], list[Rejected], int]:
@@ -98,12 +105,16 @@ def run_job(input_path: str | Path, output_path: str | Path, executor: Executor,
         if kill_after and counts["written"] >= kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
 
+    first_block: float | None = None
     try:
         if rejected:
             write([rejected_line(r) for r in rejected])
         for block in executor.run(in_scoring_order(requests)):
+            if first_block is None:
+                first_block = time.perf_counter() - start
             write(block)
     finally:
         bar.close()
     return Summary(total=total, resumed=resumed, done=counts["ok"], failed=counts["failed"],
-                   seconds=time.perf_counter() - start, torn_bytes=done.torn_bytes)
+                   seconds=time.perf_counter() - start, first_block_s=first_block,
+                   torn_bytes=done.torn_bytes, notes=list(getattr(executor, "notes", [])))
