@@ -84,6 +84,8 @@ class RayDataExecutor:
             ray.init(log_to_driver=False, include_dashboard=False, **kwargs)
             started = True
         alive_at_start = _alive_nodes(ray)
+        # The job's own bar counts lines written; Ray Data's per-operator bars would draw beside it.
+        ray.data.DataContext.get_current().enable_progress_bars = False
         try:
             rows = [r.row() for r in requests]
             ds = ray.data.from_items(rows, override_num_blocks=math.ceil(len(rows) / self.batch_size))
