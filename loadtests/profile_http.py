@@ -53,7 +53,7 @@ from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contract.strict_json import loads_strict
 from dialscore_server.gateway.app import create_app
-from dialscore_server.gateway.backend import ModelDirectory
+from dialscore_server.directory import ModelDirectory
 from dialscore_server.nll.completions.serving import CompletionCall, Completed
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine.engine import NLLEngine

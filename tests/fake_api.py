@@ -1,6 +1,6 @@
 """The dialscore API in-process over fake engines, for server-side tests: the server's own
 FastAPI app, routers, protocol schemas, servings (scheduling layer included), rerank serving and
-gateway backend (:class:`~dialscore_server.gateway.backend.ModelDirectory`). No model, no Ray, no
+gateway backend (:class:`~dialscore_server.directory.ModelDirectory`). No model, no Ray, no
 socket.
 
 Only the engines are fake (:class:`FakeNLLEngine`, :class:`FakeDetector`); every request and
@@ -41,7 +41,7 @@ from dialscore_server.contradiction.engine.engine import ContradictionDetector
 from dialscore_server.contradiction.serving import ContradictionServing
 from dialscore_server.contract.reply import Reply
 from dialscore_server.gateway.app import create_app
-from dialscore_server.gateway.backend import ModelDirectory
+from dialscore_server.directory import ModelDirectory
 from dialscore_server.nll.completions.serving import CompletionCall, Completed
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine.engine import NLLResult
@@ -270,6 +270,6 @@ def error(status: int, type: str, message: str, param: str | None = None,
     err = ServiceError(type, message, param)  # type: ignore[arg-type]
     assert err.status == status, f"{type} is {err.status}, not {status}"
     sent = {"x-error-type": type}
-    if type == "timeout":  # as gateway/http_errors.py: the gateway's 408 dropped the work
+    if type == "timeout":  # as contract/http_errors.py: the gateway's 408 dropped the work
         sent["x-work-dropped"] = "true"
     return httpx.Response(status, json=err.body(), headers={**sent, **(headers or {})})

@@ -12,8 +12,8 @@ Client commands (this distribution, they talk to a running service over HTTP)::
 
 Server commands appear when the server distribution (`dialscore-server`) is installed too; it
 registers them under the ``dialscore.commands`` entry-point group (``serve``, ``demo``,
-``stand-ins``, ``score``, ``train``). A client-only install lists none of them, so it offers nothing it
-cannot run.
+``stand-ins``, ``score``, ``train``, ``batch``). A client-only install lists none of them, so it
+offers nothing it cannot run.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from dialscore_server.contradiction.engine.engine import ContradictionDetector
 from dialscore_server.contradiction.serving import ContradictionServing
 from dialscore_server.contract.limits import Limits
 from dialscore_server.gateway.app import create_app
-from dialscore_server.gateway.backend import ModelDirectory
+from dialscore_server.directory import ModelDirectory
 from dialscore_server.training.detector import ID2LABEL, TRAINING_MARKER, train_detector
 from dialscore_server.training.examples import detector_examples
 from dialscore_server.training.synthetic import contradiction_set

@@ -271,8 +271,8 @@ def gateway_app(condition: dict[str, Any]) -> Any:
     from dialscore_server.contract.limits import Limits
     from dialscore_server.contradiction.deployment import ClassifierHandle
     from dialscore_server.gateway.app import create_app
-    from dialscore_server.gateway.backend import ModelDirectory
-    from dialscore_server.gateway.host_check import AllowedHosts
+    from dialscore_server.directory import ModelDirectory
+    from dialscore_server.contract.host_check import AllowedHosts
     from dialscore_server.nll.deployment import NLLHandle
     from dialscore_server.rerank.deployment import RerankHandle
 

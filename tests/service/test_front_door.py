@@ -238,7 +238,7 @@ def test_limits_from_the_environment_name_the_variable_at_fault():
 
 def test_the_408_is_the_gateways_own_error_response():
     from dialscore_server.contract.errors import ServiceError
-    from dialscore_server.gateway.http_errors import error_response, error_response_bytes
+    from dialscore_server.contract.http_errors import error_response, error_response_bytes
 
     err = ServiceError("overloaded", "busy", retry_after=1)
     raw = error_response_bytes(err)

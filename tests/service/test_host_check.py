@@ -1,4 +1,4 @@
-"""The Host check (issue 28, point 4; gateway/host_check.py): with auth off, the embedded default
+"""The Host check (issue 28, point 4; contract/host_check.py): with auth off, the embedded default
 refuses a request whose ``Host`` is not a loopback name or address, so a web page that rebinds its
 DNS name to 127.0.0.1 cannot drive the API; a setting widens the list; a bearer token makes the
 check moot.
@@ -20,7 +20,7 @@ import pytest
 
 from dialscore_server.gateway.args import AppArgs
 from dialscore_server.gateway.embedded import embedded_args, free_port
-from dialscore_server.gateway.host_check import AllowedHosts, host_name
+from dialscore_server.contract.host_check import AllowedHosts, host_name
 from waiting import wait_until
 
 LOOPBACK = ["localhost", "LocalHost.", "app.localhost", "127.0.0.1", "127.5.6.7", "[::1]"]

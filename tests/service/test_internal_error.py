@@ -10,7 +10,7 @@ import httpx
 
 from dialscore_server.contract.limits import Limits
 from dialscore_server.gateway.app import create_app
-from dialscore_server.gateway.backend import ModelDirectory
+from dialscore_server.directory import ModelDirectory
 from fake_api import FAKE_CARDS
 
 

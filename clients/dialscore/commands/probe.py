@@ -7,6 +7,16 @@ Re-running with the same inputs and --out reuses the scores already in OUT/score
 that dies halfway resumes where it stopped. --sampling one-per-explanation probes one corruption
 per valid explanation, its type drawn (seeded) as CEDAR does; the default probes all of them.
 
+As a batch job (a CEDAR sweep on the cluster's spare capacity instead of over HTTP):
+
+    dialscore probe --url URL --models A,B --out runs/probe --as-batch requests.jsonl
+    dialscore batch -i requests.jsonl -o results.jsonl        # the server's command (Ray Data)
+    dialscore probe --url URL --models A,B --out runs/probe --from-batch-output results.jsonl
+
+The first writes the items still to score as batch lines and scores nothing; the last reads the
+job's output instead of sending requests (same options both times; URL still answers the model
+cards).
+
     dialscore probe compare runs/probe --models bart-large bart-base --seed 0 --n-boot 2000
 
 compares two models of a finished run on the pairs both scored (paired, dialogue-level
@@ -51,6 +61,13 @@ def register(sub) -> None:
                    help="do not keep per-token NLLs in scores.jsonl (kept by default for the heat "
                         "maps of report.html: a larger response and store, no extra model time)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    batch = p.add_mutually_exclusive_group()
+    batch.add_argument("--as-batch", default=None, metavar="FILE",
+                       help="write the items to score as `dialscore batch` input lines to FILE "
+                       "and score nothing")
+    batch.add_argument("--from-batch-output", default=None, metavar="FILE",
+                       help="take the scores from a `dialscore batch` output FILE (of the file "
+                       "--as-batch wrote with the same options) instead of sending requests")
     p.set_defaults(func=_probe)
     # Optional, so `dialscore probe --url ...` keeps running the probes.
     actions = p.add_subparsers(dest="probe_action", required=False, metavar="{compare}")
@@ -106,15 +123,25 @@ def _probe(args: argparse.Namespace) -> int:
     from dialscore.extras import MissingExtra
     from dialscore.probes import SAMPLE_DATA
     from dialscore.probes.data import ProbeDataError
-    from dialscore.probes.run import run_probes
+    from dialscore.probes.run import run_probes, write_probe_batch
 
     try:
         with service_args.client_from_args(args) as client:
+            if args.as_batch:
+                counts = write_probe_batch(
+                    client, args.data or SAMPLE_DATA, args.as_batch, args.models, args.settings,
+                    args.seed, args.out, chunk_size=args.chunk_size, corruptions=args.corruptions,
+                    sampling=args.sampling, tokens=not args.no_tokens)
+                print(f"wrote {counts['lines']} requests ({counts['items']} items) to "
+                      f"{args.as_batch}; run `dialscore batch -i {args.as_batch} -o OUTPUT`, then "
+                      "this command again with --from-batch-output OUTPUT instead of --as-batch")
+                return 0
             run_probes(client, args.data or SAMPLE_DATA, args.models, args.settings, args.seed, args.out,
                        chunk_size=args.chunk_size, corruptions=args.corruptions,
                        sampling=args.sampling,
                        n_boot=args.bootstrap, plots=not args.no_plots, tokens=not args.no_tokens,
-                       progress=not args.no_progress, echo=print)
+                       progress=not args.no_progress, echo=print,
+                       batch_output=args.from_batch_output)
     except ProbeDataError as exc:
         print(f"dialscore probe: bad probe data\n{exc}", file=sys.stderr)
         return 2

@@ -25,6 +25,13 @@ last line (a crash mid-write), or a line that parses but is not a valid row (``"
 ignored and its items re-scored. The output folder is locked for the run
 (:class:`~dialscore.reporting.run_lock.RunLock`): a second run on it fails at once.
 
+**As a batch job.** :func:`awrite_probe_batch` writes the items still to score as `dialscore
+batch` input lines (:mod:`dialscore.batch_file`) instead of sending them; the job (the server's
+command, on Ray Data) scores them with the service's engines; :func:`arun_probes` with
+``batch_output=`` then takes each chunk's scores from the job's output file and finishes the run
+as usual. The service is still asked for its model cards (``GET /v1/models``), which decide the
+item ids and formats.
+
 Entry points: :func:`arun_probes` (an async client), the one implementation, and
 :func:`run_probes` (a sync client or a URL), which runs it to completion
 (:mod:`dialscore.sync_bridge`); both return a :class:`~dialscore.probes.report.Report` whose
@@ -41,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dialscore.batch_file import BatchAnswers, BatchRecorder
 from dialscore.client import AsyncDialscoreClient, DialscoreClient
 from dialscore.sync_bridge import run_sync
 from dialscore.extras import REPORTS, require
@@ -56,8 +64,8 @@ from dialscore.reporting.progress import Bar, NoBar, progress_bar
 from dialscore.reporting.run_lock import RunLock
 from dialscore.types import NLLResult
 
-__all__ = ["SETTINGS", "ProbeItem", "ProbePlan", "ScoreStore", "arun_probes", "plan_probes",
-           "run_probes"]
+__all__ = ["SETTINGS", "ProbeItem", "ProbePlan", "ScoreStore", "arun_probes", "awrite_probe_batch",
+           "plan_probes", "run_probes", "write_probe_batch"]
 
 SETTINGS: tuple[str, ...] = ("inference", "attribution")
 DEFAULT_WHY_TURN = "Why?"
@@ -322,7 +330,7 @@ async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequ
                       corruptions: Sequence[str] = CORRUPTIONS, sampling: str = ALL_TYPES,
                       n_boot: int = 1000,
                       plots: bool = True, progress: bool = True, tokens: bool = True,
-                      echo: Echo = None) -> Report:
+                      echo: Echo = None, batch_output: str | Path | None = None) -> Report:
     """Run the CEDAR probes against a served model set and write the report into ``out_dir``.
 
     ``data_path``: a JSON Lines file (:mod:`dialscore.probes.data`) or loaded dialogues.
@@ -337,19 +345,26 @@ async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequ
     and the targets are single turns or explanations, so it costs a larger response and store
     (about 3x), not model time. Rows resumed from a run without them stay without them.
 
+    ``batch_output``: take the scores from the output file of a `dialscore batch` job run on the
+    file :func:`awrite_probe_batch` wrote with the same arguments, instead of sending requests
+    (:class:`~dialscore.batch_file.BatchAnswers`; the client still answers ``models`` and
+    ``limits``); a chunk the file does not answer raises
+    :class:`~dialscore.batch_file.BatchOutputError` after the chunks before it are stored.
+
     Needs numpy (the `reports` extra) for the confidence intervals: without it
     :class:`~dialscore.extras.MissingExtra` is raised before any request.
     """
     _require_reports()
     run = _prepare(data_path, await client.models(), models, settings, seed, out_dir, corruptions,
                    sampling, chunk_size, n_boot, client.base_url, progress, tokens)
+    scorer: Any = client if batch_output is None else BatchAnswers(client, batch_output)
     try:
         await client.limits()  # read once: nll_many then keeps its chunks within them
         run.open_bar()
         for info in run.models:
             pending = run.pending(info.name)
             if pending:
-                await client.nll_many(info.name, [i.payload() for i in pending],
+                await scorer.nll_many(info.name, [i.payload() for i in pending],
                                       chunk_size=chunk_size, return_tokens=tokens,
                                       on_chunk=run.on_chunk(pending))
         run.close_bar()
@@ -357,6 +372,43 @@ async def arun_probes(client: AsyncDialscoreClient, data_path: str | Path | Sequ
     finally:
         run.close_bar()
         run.release()
+
+
+async def awrite_probe_batch(client: AsyncDialscoreClient,
+                             data_path: str | Path | Sequence[Dialogue], batch_path: str | Path,
+                             models: Sequence[str] | str | None = None,
+                             settings: Sequence[str] | str = SETTINGS, seed: int = 0,
+                             out_dir: str | Path = "runs/probe", *, chunk_size: int = 64,
+                             corruptions: Sequence[str] = CORRUPTIONS, sampling: str = ALL_TYPES,
+                             tokens: bool = True) -> dict[str, int]:
+    """Write the items :func:`arun_probes` would score now (those not already in
+    ``out_dir/scores.jsonl``) to `batch_path` as `dialscore batch` input lines, one line per
+    chunk of `chunk_size` items; score nothing. Then run the job and call :func:`arun_probes`
+    with the same arguments and ``batch_output=`` its output file. Returns the counts of
+    ``lines`` and ``items`` written."""
+    run = _prepare(data_path, await client.models(), models, settings, seed, out_dir, corruptions,
+                   sampling, chunk_size, 0, client.base_url, False, tokens)
+    try:
+        with open(batch_path, "w", encoding="utf-8") as stream:
+            recorder = BatchRecorder(stream)
+            for info in run.models:
+                pending = run.pending(info.name)
+                if pending:
+                    await recorder.nll_many(info.name, [i.payload() for i in pending],
+                                            chunk_size=chunk_size, return_tokens=tokens)
+        return {"lines": recorder.lines, "items": recorder.items}
+    finally:
+        run.release()
+
+
+def write_probe_batch(client: DialscoreClient | str, data_path: str | Path | Sequence[Dialogue],
+                      batch_path: str | Path, models: Sequence[str] | str | None = None,
+                      settings: Sequence[str] | str = SETTINGS, seed: int = 0,
+                      out_dir: str | Path = "runs/probe", **kwargs: Any) -> dict[str, int]:
+    """:func:`awrite_probe_batch` with a sync client or a URL."""
+    return run_sync(client, None, "probes",
+                    lambda ac: awrite_probe_batch(ac, data_path, batch_path, models, settings,
+                                                  seed, out_dir, **kwargs))
 
 
 def run_probes(client: DialscoreClient | str, data_path: str | Path | Sequence[Dialogue],

@@ -3,7 +3,7 @@
 Routers receive an object with this interface and never import the gateway. Each endpoint's
 router extends it with the typed model services it calls (``NLLBackend.nll(model)``,
 ``ClassifierBackend.classifier(model)``, ``RerankBackend.reranker()``); the gateway's
-:class:`~dialscore_server.gateway.backend.ModelDirectory` implements them all, over Serve
+:class:`~dialscore_server.directory.ModelDirectory` implements them all, over Serve
 handles in a replica and over in-process servings in tests.
 """
 

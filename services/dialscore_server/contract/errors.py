@@ -16,7 +16,7 @@ timeout                   408     the request did not finish within the server's
 model_error               424     the model replica failed or is unavailable (retryable)
 unauthorized              401     bearer token missing or wrong (when auth is on)
 host_not_allowed          403     the `Host` header is not loopback nor an allowed host (the
-                                  embedded default with auth off; gateway/host_check.py)
+                                  embedded default with auth off; contract/host_check.py)
 not_found                 404     no such route
 internal                  500     a bug in the service
 ========================  ======  ==============================================================

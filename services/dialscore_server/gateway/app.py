@@ -8,7 +8,7 @@ as ``{"error": {"type", "message", "param"}}`` (contract/errors.py); client inpu
 500.
 
 :func:`create_app` takes an :class:`Ingress`: a
-:class:`~dialscore_server.gateway.backend.ModelDirectory`, over typed Serve handles in the gateway
+:class:`~dialscore_server.directory.ModelDirectory`, over typed Serve handles in the gateway
 deployment (gateway/deployment.py), over in-process servings in tests.
 """
 
@@ -27,7 +27,7 @@ from dialscore_server.contradiction.router import build_router as contradiction_
 from dialscore_server.contradiction.serving import ClassifierBackend
 from dialscore_server.gateway import http_errors
 from dialscore_server.gateway.body_limit import BodySizeLimit
-from dialscore_server.gateway.host_check import AllowedHosts
+from dialscore_server.contract.host_check import AllowedHosts
 from dialscore_server.gateway.model_listing import ModelList, model_list
 from dialscore_server.gateway.observe import ObserveRequests
 from dialscore_server.gateway.openapi import install_openapi
@@ -44,7 +44,7 @@ class Ingress(NLLBackend, ClassifierBackend, RerankBackend, Protocol):
     """What the app needs of its gateway besides the routers' backends."""
 
     token: str | None
-    #: The Host check while auth is off (None: none; gateway/host_check.py).
+    #: The Host check while auth is off (None: none; contract/host_check.py).
     allowed_hosts: AllowedHosts | None
     #: Seconds the whole body may take to arrive (None: no limit).
     body_timeout_s: float | None

@@ -74,7 +74,7 @@ class AppArgs(_Args):
         None, description="While auth is off, the Host names or addresses requests may carry "
         "besides loopback ones (localhost, *.localhost, 127.0.0.0/8, [::1]); `*` allows any. Other "
         "requests get 403 `host_not_allowed` (a guard against DNS rebinding; "
-        "gateway/host_check.py). null: no Host check, the default of a Serve config (a cluster's "
+        "contract/host_check.py). null: no Host check, the default of a Serve config (a cluster's "
         "ingress decides which names reach it); the embedded default (`dialscore serve`/`demo`) "
         "checks, with the list from --allowed-hosts, DIALSCORE_ALLOWED_HOSTS or this field, in "
         "that order.")

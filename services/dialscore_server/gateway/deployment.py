@@ -1,4 +1,4 @@
-"""The gateway as a Ray Serve ingress: a :class:`~dialscore_server.gateway.backend.ModelDirectory`
+"""The gateway as a Ray Serve ingress: a :class:`~dialscore_server.directory.ModelDirectory`
 over typed handles of the model deployments, serving the FastAPI app (gateway/app.py).
 
 The app is built per replica, after the constructor (``__serve_build_asgi_app__``), so routes
@@ -19,8 +19,8 @@ from dialscore_server.contradiction.deployment import ClassifierHandle
 from dialscore_server.gateway.app import create_app
 from dialscore_server.gateway.args import AppArgs
 from dialscore_server.gateway.auth import gateway_token
-from dialscore_server.gateway.backend import ModelDirectory
-from dialscore_server.gateway.host_check import AllowedHosts
+from dialscore_server.directory import ModelDirectory
+from dialscore_server.contract.host_check import AllowedHosts
 from dialscore_server.nll.deployment import NLLHandle
 from dialscore_server.rerank.deployment import RerankHandle
 

@@ -5,7 +5,7 @@ Used by `dialscore serve`, `dialscore demo`, the load tests, the benchmarks and 
 so all of them start the service the same way (and `HF_HUB_OFFLINE` reaches the replicas).
 
 With auth off, the embedded default refuses requests whose ``Host`` is not a loopback name or
-address (DNS rebinding; gateway/host_check.py) unless listed: :func:`embedded_args` sets the
+address (DNS rebinding; contract/host_check.py) unless listed: :func:`embedded_args` sets the
 list.
 """
 
@@ -22,7 +22,7 @@ import yaml
 
 from dialscore_server.gateway.args import AppArgs
 from dialscore_server.gateway.front_door import FrontDoorLimits
-from dialscore_server.gateway.host_check import allowed_hosts_from_environment
+from dialscore_server.contract.host_check import allowed_hosts_from_environment
 
 #: The embedded default's Serve config (deployments/local.yaml, shipped inside the package).
 LOCAL_CONFIG = Path(str(files("dialscore_server.deployments") / "local.yaml"))

@@ -33,7 +33,7 @@ after that is the client's connection closed without an answer. (Serve's proxy d
 The waits are timed by the front door's clock.
 
 Each refusal is counted in ``dialscore_slow_clients_total{kind="headers"|"idle"|"connections"}``
-(metrics.py). Answers are built by the gateway's one error mapping (gateway/http_errors.py). After
+(metrics.py). Answers are built by the gateway's one error mapping (contract/http_errors.py). After
 an answer the front door stops sending (a FIN), reads and discards what the client still sends
 for at most `linger_s`, then closes, so that the client reads the answer rather than a reset.
 
@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from dialscore_server.contract.errors import ServiceError
-from dialscore_server.gateway.http_errors import error_response_bytes
+from dialscore_server.contract.http_errors import error_response_bytes
 from dialscore_server.gateway.http_framing import MessageFraming
 
 logger = logging.getLogger("dialscore.front_door")

@@ -1,5 +1,5 @@
 """The gateway's outermost own middleware: check each request's ``Host`` (while auth is off and a
-Host check is set: gateway/host_check.py), authorise it (when a token is set), then count and
+Host check is set: contract/host_check.py), authorise it (when a token is set), then count and
 time it (``dialscore_requests_total``, ``dialscore_request_latency_seconds``,
 ``dialscore_errors_total``).
 
@@ -24,7 +24,7 @@ from dialscore_server import metrics
 from dialscore_server.contract.errors import ServiceError
 from dialscore_server.gateway import http_errors
 from dialscore_server.gateway.auth import authorized
-from dialscore_server.gateway.host_check import ALLOWED_HOSTS_VARIABLE, AllowedHosts
+from dialscore_server.contract.host_check import ALLOWED_HOSTS_VARIABLE, AllowedHosts
 
 Scope = dict[str, Any]
 ASGIApp = Callable[..., Any]

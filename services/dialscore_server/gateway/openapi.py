@@ -6,7 +6,7 @@ from fastapi import FastAPI
 
 from dialscore_server.contract.limits import Limits
 from dialscore_server.gateway.auth import PUBLIC_PATHS
-from dialscore_server.gateway.host_check import AllowedHosts
+from dialscore_server.contract.host_check import AllowedHosts
 
 
 _LIMIT_WORDS = {
@@ -112,7 +112,7 @@ def install_openapi(app: FastAPI, limits: Limits, token: str | None,
                     allowed_hosts: AllowedHosts | None = None) -> None:
     """Make `app`'s OpenAPI document say what this deployment really does: its limits
     (:func:`document_limits`), when auth is on the 401 of every guarded route, and when the Host
-    check applies (auth off, `allowed_hosts` set and not ``*``: gateway/host_check.py) the 403 of
+    check applies (auth off, `allowed_hosts` set and not ``*``: contract/host_check.py) the 403 of
     every route. All are per deployment, so the document is built per replica."""
     base = app.openapi
 

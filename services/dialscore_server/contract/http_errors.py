@@ -1,4 +1,8 @@
-"""Exceptions → the one error body, in one function per source of error (FastAPI, Ray, ours)."""
+"""Exceptions → the one error body, in one function per source of error (FastAPI, Ray, ours).
+
+Shared by the gateway (gateway/app.py) and the batch runner (batch/), which must not import the
+gateway: both send the same error body for the same bad request.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""The models behind one gateway, as the routers see them: every served model by name, each a
+"""The models behind one ingress (the gateway, or a batch job's worker), as the routers see them: every served model by name, each a
 typed service (:class:`~dialscore_server.nll.serving.NLLService`,
 :class:`~dialscore_server.contradiction.serving.ClassifierService`,
 :class:`~dialscore_server.rerank.serving.RerankService`).
 
 :class:`ModelDirectory` is the one implementation of every router's backend protocol. The Serve
-gateway (gateway/deployment.py) fills it with typed Serve handles; tests fill it with in-process
-servings over fake engines.
+gateway (gateway/deployment.py) fills it with typed Serve handles; a batch worker
+(batch/models.py) and tests fill it with in-process servings.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dialscore.model_card import ModelCard
 from dialscore_server.contract.backend import Pool
 from dialscore_server.contract.errors import ServiceError
+from dialscore_server.contract.host_check import AllowedHosts
 from dialscore_server.contract.limits import Limits
-from dialscore_server.gateway.host_check import AllowedHosts
 from dialscore_server.contradiction.serving import ClassifierService
 from dialscore_server.nll.serving import NLLService
 from dialscore_server.rerank.serving import RerankService
@@ -29,7 +29,7 @@ READINESS_TIMEOUT_S = 5.0
 class ModelDirectory:
     """Every served model by name, the reranker, and the ingress settings the app reads: the
     request `limits`, the bearer `token` (None: auth off), `body_timeout_s` (None: none) and
-    `allowed_hosts`, the Host check while auth is off (None: no check; gateway/host_check.py)."""
+    `allowed_hosts`, the Host check while auth is off (None: no check; contract/host_check.py)."""
 
     def __init__(self, nll: Mapping[str, NLLService],
                  classifiers: Mapping[str, ClassifierService] | None = None,

@@ -1,0 +1,62 @@
+"""The models a batch job serves, and building them in one worker without Ray Serve.
+
+:class:`JobModels` is what the job's workers receive (plain data, pickled to each actor): the
+resolved registry entries and serving options of a Serve config's models and classifiers, and its
+request limits. :func:`build_directory` builds each model's engine and serving exactly as the
+model deployments do (same engine class, same chunking options, same caps), merging concurrent
+requests' chunks with :func:`~dialscore_server.batch.merging.merge_waiting` instead of
+``@serve.batch``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dialscore_server.batch.merging import merge_waiting
+from dialscore_server.checkpoints.registry import ModelConfig
+from dialscore_server.contract.engine import engine_class
+from dialscore_server.contract.limits import Limits
+from dialscore_server.contract.options import ServingOptions
+from dialscore_server.directory import ModelDirectory
+
+
+
+@dataclass
+class JobModels:
+    """Dialogue models and classifiers by resolved config, with their serving options."""
+
+    nll: list[tuple[ModelConfig, ServingOptions]]
+    classifiers: list[tuple[ModelConfig, ServingOptions]] = field(default_factory=list)
+    limits: Limits = field(default_factory=Limits)
+
+    @property
+    def names(self) -> list[str]:
+        return [cfg.name for cfg, _ in self.nll + self.classifiers]
+
+
+def build_directory(models: JobModels) -> ModelDirectory:
+    """Every model of `models` loaded in this process, behind the routers' backend."""
+    from dialscore_server.contradiction.deployment import MAX_BATCH_PAIRS
+    from dialscore_server.contradiction.engine.engine import ContradictionDetector
+    from dialscore_server.contradiction.serving import ContradictionServing
+    from dialscore_server.nll.deployment import MAX_BATCH_TOKENS
+    from dialscore_server.nll.engine.engine import NLLEngine
+    from dialscore_server.nll.serving import NLLServing
+    from dialscore_server.rerank.serving import RerankServing
+
+    nll = {}
+    for cfg, opts in models.nll:
+        budget = min(opts.max_batch_tokens, MAX_BATCH_TOKENS)
+        engine = engine_class(opts.engine, NLLEngine).from_options(cfg, opts)
+        nll[cfg.name] = NLLServing(engine, max_batch_tokens=budget, chunk_tokens=opts.chunk_tokens,
+                                   model=cfg.name,
+                                   runner=merge_waiting(budget, opts.batch_wait_timeout_s))
+    classifiers = {}
+    for cfg, opts in models.classifiers:
+        budget = min(opts.max_batch_tokens, MAX_BATCH_PAIRS)
+        engine = engine_class(opts.engine, ContradictionDetector).from_options(cfg, opts)
+        classifiers[cfg.name] = ContradictionServing(
+            engine, max_batch_pairs=budget, chunk_pairs=opts.chunk_pairs, model=cfg.name,
+            runner=merge_waiting(budget, opts.batch_wait_timeout_s))
+    reranker = RerankServing(classifiers, nll) if classifiers else None
+    return ModelDirectory(nll, classifiers, reranker, limits=models.limits)
