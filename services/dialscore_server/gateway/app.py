@@ -25,7 +25,7 @@ from dialscore_server import metrics
 from dialscore_server.contract.errors import error_responses
 from dialscore_server.contradiction.router import build_router as contradiction_router
 from dialscore_server.contradiction.serving import ClassifierBackend
-from dialscore_server.gateway import http_errors
+from dialscore_server.contract import http_errors
 from dialscore_server.gateway.body_limit import BodySizeLimit
 from dialscore_server.contract.host_check import AllowedHosts
 from dialscore_server.gateway.model_listing import ModelList, model_list

@@ -33,7 +33,7 @@ after that is the client's connection closed without an answer. (Serve's proxy d
 The waits are timed by the front door's clock.
 
 Each refusal is counted in ``dialscore_slow_clients_total{kind="headers"|"idle"|"connections"}``
-(metrics.py). Answers are built by the gateway's one error mapping (contract/http_errors.py). After
+(metrics.py). Answers are built by the one error mapping (contract/http_errors.py). After
 an answer the front door stops sending (a FIN), reads and discards what the client still sends
 for at most `linger_s`, then closes, so that the client reads the answer rather than a reset.
 

@@ -22,7 +22,7 @@ from starlette.datastructures import Headers
 
 from dialscore_server import metrics
 from dialscore_server.contract.errors import ServiceError
-from dialscore_server.gateway import http_errors
+from dialscore_server.contract import http_errors
 from dialscore_server.gateway.auth import authorized
 from dialscore_server.contract.host_check import ALLOWED_HOSTS_VARIABLE, AllowedHosts
 
