@@ -1,5 +1,8 @@
 """`dialscore serve`: run the service in the foreground on the embedded default (a local Ray
-instance), until Ctrl-C or SIGTERM.
+instance), until Ctrl-C or SIGTERM. Then it drains: new connections are refused, the requests in
+flight are answered (for at most --drain-s seconds), and only then does Serve stop; the exit
+status is 0. This is the command the container image runs outside a Ray cluster
+(docs/operating.md).
 
     dialscore serve                                  the packaged deployments/local.yaml (stand-ins)
     dialscore serve --config my.yaml --port 8080     any Serve config's first application
@@ -33,6 +36,10 @@ def register(sub) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
+    p.add_argument("--drain-s", type=float, default=25.0,
+                   help="on Ctrl-C or SIGTERM, how long the requests in flight may take to be "
+                   "answered before the service stops anyway (default 25: inside Kubernetes' "
+                   "default grace period of 30 s)")
     p.set_defaults(func=_serve)
 
 
@@ -54,10 +61,14 @@ def _serve(args: argparse.Namespace) -> int:
             raise SystemExit(f"dialscore serve: {exc}") from None
     else:
         app_args = app_args_from_yaml(args.config or LOCAL_CONFIG)
+    if not args.drain_s >= 0:
+        raise SystemExit("dialscore serve: --drain-s must be >= 0")
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    with serve_locally(app_args, host=args.host, port=args.port) as url:
+    with serve_locally(app_args, host=args.host, port=args.port, drain_s=args.drain_s) as url:
+        # Set once the service runs: ray.init sets its own SIGTERM handler (exit status 15,
+        # without waiting for anything), which a signal during start-up still meets.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
         print(f"dialscore serving at {url} (docs: {url}/docs); Ctrl-C or SIGTERM stops it",
               flush=True)
         stop.wait()
