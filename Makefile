@@ -9,6 +9,9 @@
 #
 # The browser tests of report.html (tests/service/test_report_browser.py) need the Debian package
 # chromium: the .venv recipe installs it when it is missing and make runs as root with apt-get.
+# The container image's test (tests/deploy/test_image.py) builds and runs the image with Podman:
+# the same recipe installs podman, runc (its runtime here), mmdebstrap (the stand-in base) and
+# iproute2 (ss) the same way; without them that test skips, naming the package.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -30,6 +33,9 @@ $(STAMP): pyproject.toml clients/pyproject.toml constraints.txt
 	@# browser is downloaded. Best effort, as root with apt-get only: they skip without it.
 	-command -v chromium >/dev/null || ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] \
 		|| (apt-get update -q && apt-get install -y -q chromium) || true
+	-(command -v podman && command -v runc && command -v mmdebstrap && command -v ss) >/dev/null \
+		|| ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] \
+		|| (apt-get update -q && apt-get install -y -q podman runc mmdebstrap iproute2) || true
 	touch $(STAMP)
 
 $(CLIENT_STAMP): $(CLIENT_FILES) constraints.txt
