@@ -64,13 +64,19 @@ def _serve(args: argparse.Namespace) -> int:
     if not args.drain_s >= 0:
         raise SystemExit("dialscore serve: --drain-s must be >= 0")
     stop = threading.Event()
-    with serve_locally(app_args, host=args.host, port=args.port, drain_s=args.drain_s) as url:
-        # Set once the service runs: ray.init sets its own SIGTERM handler (exit status 15,
-        # without waiting for anything), which a signal during start-up still meets.
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-        print(f"dialscore serving at {url} (docs: {url}/docs); Ctrl-C or SIGTERM stops it",
-              flush=True)
-        stop.wait()
+    try:
+        with serve_locally(app_args, host=args.host, port=args.port, drain_s=args.drain_s) as url:
+            # Set once the service runs: ray.init replaces any handler set before it.
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: stop.set())
+            print(f"dialscore serving at {url} (docs: {url}/docs); Ctrl-C or SIGTERM stops it",
+                  flush=True)
+            stop.wait()
+    except SystemExit as exc:
+        # Until then a SIGTERM meets ray.init's handler, sys.exit(SIGTERM), which can come while
+        # /readyz already answers (the app is up before serve.run returns): the drain and the
+        # shutdown have run all the same on the way out, so it is a stop like any other.
+        if exc.code != signal.SIGTERM:
+            raise
     print("stopped")
     return 0
