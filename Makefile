@@ -11,6 +11,9 @@
 # chromium: the .venv recipe installs it when it is missing and make runs as root with apt-get.
 # So does it redis-server, which the GCS fault-tolerance test (tests/cluster/test_gcs_loss.py)
 # starts on a loopback port of its own; without it that test skips, naming redis-server.
+# The container image's test (tests/deploy/test_image.py) builds and runs the image with Podman:
+# the same recipe installs podman, runc (its runtime here), mmdebstrap (the stand-in base) and
+# iproute2 (ss) the same way; without them that test skips, naming the package.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -34,6 +37,9 @@ $(STAMP): pyproject.toml clients/pyproject.toml constraints.txt
 		|| (apt-get update -q && apt-get install -y -q chromium) || true
 	-command -v redis-server >/dev/null || ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] \
 		|| (apt-get update -q && apt-get install -y -q redis-server) || true
+	-(command -v podman && command -v runc && command -v mmdebstrap && command -v ss) >/dev/null \
+		|| ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] \
+		|| (apt-get update -q && apt-get install -y -q podman runc mmdebstrap iproute2) || true
 	touch $(STAMP)
 
 $(CLIENT_STAMP): $(CLIENT_FILES) constraints.txt

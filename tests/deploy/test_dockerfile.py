@@ -1,8 +1,8 @@
-"""The Dockerfile, checked without a container engine (none runs here or in CI): hadolint is
-clean, the pinned dependencies are installed before any project code is copied (a code change
-must not re-install torch), they are exactly the distributions' runtime requirements, the image
-installs ./clients and . without resolving anything again, and it runs as a numeric user
-(Kubernetes' runAsNonRoot can verify a uid, not a name). The image itself was never built here."""
+"""The Dockerfile, read and linted without a container engine: hadolint is clean, the pinned
+dependencies are installed before any project code is copied (a code change must not re-install
+torch), they are exactly the distributions' runtime requirements, the image installs ./clients
+and . without resolving anything again, and it runs as a numeric user (Kubernetes' runAsNonRoot
+can verify a uid, not a name). The image itself is built, run and drained by test_image.py."""
 
 from __future__ import annotations
 

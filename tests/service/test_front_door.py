@@ -2,10 +2,12 @@
 upstream (front_door_kit.py). Its clock is a :class:`ManualClock`: a header deadline passes when a
 test advances it, never because the machine was slow, and a test waits for the upstream to have
 received bytes (or for a timer to be armed) rather than sleeping. Through the real app:
-tests/service/test_slow_clients.py."""
+tests/service/test_slow_clients.py; the drain on SIGTERM in the container image:
+tests/deploy/test_image.py."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import socket
@@ -28,6 +30,7 @@ class Setup:
     door: FrontDoor
     clock: ManualClock
     upstream: RecordingUpstream
+    thread: LoopThread
 
     def connect(self) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.door.port), timeout=HANG_S)
@@ -53,7 +56,7 @@ def setup() -> Iterator[Setup]:
                          clock=clock, linger_s=HANG_S)
         thread.run(door.start("127.0.0.1", 0))
         try:
-            yield Setup(door, clock, upstream)
+            yield Setup(door, clock, upstream, thread)
         finally:
             thread.run(door.close())
             thread.run(upstream.close())
@@ -315,3 +318,42 @@ def test_a_request_gets_no_answer_once_the_front_door_has_waited_upstream_wait_s
         assert rest_until_closed(sock, HANG_S) == b""
     # Waits of 0.25, 0.5, 1 and the 0.25 left of the 2 s: the fifth refusal closes it.
     assert door.upstream_failures == 5
+
+
+def start_drain(setup: Setup, grace_s: float):
+    """The front door's drain, started on its loop; its future gives the drain's count."""
+    return asyncio.run_coroutine_threadsafe(setup.door.drain(grace_s), setup.thread.loop)
+
+
+def test_draining_closes_idle_connections_refuses_new_ones_and_answers_the_one_in_flight(setup):
+    head = b"POST /slow-body HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n"
+    with setup.connect() as idle, idle.makefile("rb") as idle_reader, \
+            setup.connect() as busy, busy.makefile("rb") as reader:
+        idle.sendall(get("/one"))
+        assert described(read_response(idle_reader))["target"] == "/one"
+        busy.sendall(head + b"hello")  # half of its body: in flight until the rest comes
+        setup.upstream.wait_for(lambda up: any(r.endswith(b"hello") for r in up.received()))
+        port = setup.door.port
+        drained = start_drain(setup, DEADLINE_S)
+        assert rest_until_closed(idle, HANG_S) == b""  # closed at once, nothing was owed to it
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=HANG_S)
+        assert not drained.done()
+        busy.sendall(b"world")
+        answer = described(read_response(reader))
+        assert (answer["target"], answer["bytes"]) == ("/slow-body", 10)
+        assert rest_until_closed(busy, HANG_S) == b""  # ended after its answer
+    assert drained.result(HANG_S) == 1
+    assert setup.door.open_connections == 0
+
+
+def test_what_is_still_in_flight_after_the_grace_period_is_closed_without_an_answer(setup):
+    with setup.connect() as busy:
+        busy.sendall(b"POST /never-ends HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello")
+        setup.upstream.wait_for(lambda up: any(r.endswith(b"hello") for r in up.received()))
+        drained = start_drain(setup, DEADLINE_S)
+        setup.clock.wait_until_armed(1)  # the grace period's timer
+        assert not drained.done()
+        setup.clock.advance(DEADLINE_S)
+        assert rest_until_closed(busy, HANG_S) == b""
+    assert drained.result(HANG_S) == 1

@@ -1,5 +1,8 @@
 """`dialscore serve`: run the service in the foreground on the embedded default (a local Ray
-instance), until Ctrl-C or SIGTERM.
+instance), until Ctrl-C or SIGTERM. Then it drains: new connections are refused, the requests in
+flight are answered (for at most --drain-s seconds), and only then does Serve stop; the exit
+status is 0. This is the command the container image runs outside a Ray cluster
+(docs/operating.md).
 
     dialscore serve                                  the packaged deployments/local.yaml (stand-ins)
     dialscore serve --config my.yaml --port 8080     any Serve config's first application
@@ -37,6 +40,10 @@ def register(sub) -> None:
                    help="comma-separated Host names or addresses accepted besides loopback ones "
                    "while auth is off (a guard against DNS rebinding); `*` accepts any. Default: "
                    "DIALSCORE_ALLOWED_HOSTS, else the config's allowed_hosts, else loopback only")
+    p.add_argument("--drain-s", type=float, default=25.0,
+                   help="on Ctrl-C or SIGTERM, how long the requests in flight may take to be "
+                   "answered before the service stops anyway (default 25: inside Kubernetes' "
+                   "default grace period of 30 s)")
     p.set_defaults(func=_serve)
 
 
@@ -58,14 +65,25 @@ def _serve(args: argparse.Namespace) -> int:
             raise SystemExit(f"dialscore serve: {exc}") from None
     else:
         app_args = app_args_from_yaml(args.config or LOCAL_CONFIG)
+    if not args.drain_s >= 0:
+        raise SystemExit("dialscore serve: --drain-s must be >= 0")
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     allowed = ([n.strip() for n in args.allowed_hosts.split(",") if n.strip()]
                if args.allowed_hosts is not None else None)
-    with serve_locally(app_args, host=args.host, port=args.port, allowed_hosts=allowed) as url:
-        print(f"dialscore serving at {url} (docs: {url}/docs); Ctrl-C or SIGTERM stops it",
-              flush=True)
-        stop.wait()
+    try:
+        with serve_locally(app_args, host=args.host, port=args.port, allowed_hosts=allowed,
+                           drain_s=args.drain_s) as url:
+            # Set once the service runs: ray.init replaces any handler set before it.
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: stop.set())
+            print(f"dialscore serving at {url} (docs: {url}/docs); Ctrl-C or SIGTERM stops it",
+                  flush=True)
+            stop.wait()
+    except SystemExit as exc:
+        # Until then a SIGTERM meets ray.init's handler, sys.exit(SIGTERM), which can come while
+        # /readyz already answers (the app is up before serve.run returns): the drain and the
+        # shutdown have run all the same on the way out, so it is a stop like any other.
+        if exc.code != signal.SIGTERM:
+            raise
     print("stopped")
     return 0

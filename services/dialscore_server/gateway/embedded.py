@@ -82,11 +82,12 @@ class LocalService(NamedTuple):
 def serve_locally(args: AppArgs, *, num_cpus: int | None = None, name: str = "dialscore",
                   host: str = "127.0.0.1", port: int | None = None,
                   limits: FrontDoorLimits | None = None,
-                  allowed_hosts: Sequence[str] | None = None) -> Iterator[str]:
+                  allowed_hosts: Sequence[str] | None = None,
+                  drain_s: float = 0.0) -> Iterator[str]:
     """Start Ray and the app; yield its base URL (http://HOST:PORT, default 127.0.0.1 and a free
     port); shut both down after. As :func:`local_service`, which says more."""
     with local_service(args, num_cpus=num_cpus, name=name, host=host, port=port,
-                       limits=limits, allowed_hosts=allowed_hosts) as service:
+                       limits=limits, allowed_hosts=allowed_hosts, drain_s=drain_s) as service:
         yield service.url
 
 
@@ -94,7 +95,8 @@ def serve_locally(args: AppArgs, *, num_cpus: int | None = None, name: str = "di
 def local_service(args: AppArgs, *, num_cpus: int | None = None, name: str = "dialscore",
                   host: str = "127.0.0.1", port: int | None = None,
                   limits: FrontDoorLimits | None = None,
-                  allowed_hosts: Sequence[str] | None = None) -> Iterator[LocalService]:
+                  allowed_hosts: Sequence[str] | None = None,
+                  drain_s: float = 0.0) -> Iterator[LocalService]:
     """Start Ray and the app; yield its addresses; shut both down after.
 
     The app is `args` with the embedded default's Host check (:func:`embedded_args`:
@@ -108,7 +110,9 @@ def local_service(args: AppArgs, *, num_cpus: int | None = None, name: str = "di
     checks are set from :data:`PROXY_HEALTH_ENV` (into this process's environment, where not set
     already, so that Serve's controller inherits them). The front door
     runs in this process, which records its counts to Ray's metrics agent as well as to its own
-    registry (metrics.py).
+    registry (metrics.py). On exit the front door first drains for at most `drain_s` seconds
+    (0: not at all; :meth:`FrontDoor.drain <dialscore_server.gateway.front_door.FrontDoor.drain>`):
+    the requests in flight are answered before Serve shuts down.
 
     The replicas import the same code as this process: the folders that hold the imported
     `dialscore_server` and `dialscore` packages go first on their PYTHONPATH, so a benchmark run
@@ -138,7 +142,7 @@ def local_service(args: AppArgs, *, num_cpus: int | None = None, name: str = "di
     try:
         start_serve(proxy_port)
         metrics.SLOW_CLIENTS.record_to_ray_from_this_process()
-        with front_door_thread(("127.0.0.1", proxy_port), host, port, limits):
+        with front_door_thread(("127.0.0.1", proxy_port), host, port, limits, drain_s):
             serve.run(build_app(embedded_args(args, allowed_hosts)), name=name, route_prefix="/")
             yield LocalService(f"http://{host}:{port}", f"http://127.0.0.1:{proxy_port}")
     finally:

@@ -32,6 +32,11 @@ after that is the client's connection closed without an answer. (Serve's proxy d
 6 s of missed health checks plus a new proxy's start: gateway/embedded.py, ``PROXY_HEALTH_ENV``.)
 The waits are timed by the front door's clock.
 
+**Draining** (:meth:`FrontDoor.drain`, what `dialscore serve` does on SIGTERM): the front door
+stops listening, closes the connections with nothing in flight, serves the requests in flight to
+their answers and ends each connection after its last one, for at most a grace period; only then
+does Serve stop behind it (gateway/embedded.py).
+
 Each refusal is counted in ``dialscore_slow_clients_total{kind="headers"|"idle"|"connections"}``
 (metrics.py). Answers are built by the one error mapping (contract/http_errors.py). After
 an answer the front door stops sending (a FIN), reads and discards what the client still sends
@@ -155,6 +160,8 @@ class FrontDoor:
         self._open: set[_Connection] = set()
         #: Connections to Serve's proxy that failed (each try counts), since the start.
         self.upstream_failures = 0
+        self.draining = False
+        self._all_closed: asyncio.Event | None = None
 
     @property
     def clock(self) -> Clock:
@@ -176,6 +183,54 @@ class FrontDoor:
         """Listen on `host`:`port` (0: a free port, see :attr:`port`) and serve."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _Connection(self), host, port)
+
+    async def drain(self, grace_s: float) -> int:
+        """Stop listening (a new connection is refused), then end the open connections as their
+        requests are answered; return how many connections had a request in flight (begun and
+        not answered) when draining began.
+
+        Bytes that had reached this process's sockets when it was called are read first, so a
+        request whose first bytes arrived before the drain counts as in flight. A connection
+        with nothing in flight is closed at once; one with a request in flight is served until
+        every request begun on it is answered (its body may still be arriving), then ended as
+        after any answer (a FIN, then closed once the client closes or after `linger_s`). A
+        request begun on it later is served likewise. After `grace_s` (on :attr:`clock`) the
+        connections still open are closed without an answer. Returns once none is open."""
+        if self._server is not None:
+            self._server.close()
+        # Two passes of the loop: the first polls the sockets, the second runs what it read.
+        for _ in range(2):
+            await asyncio.sleep(0)
+        self.draining = True
+        self._all_closed = asyncio.Event()
+        in_flight = 0
+        for connection in list(self._open):
+            if connection.in_flight:
+                in_flight += 1
+            elif not connection.finished:
+                connection.abort()
+        logger.warning("front door: draining: %d connection(s) with a request in flight; new "
+                       "connections are refused; at most %g s", in_flight, grace_s)
+        timer = self.clock.call_later(grace_s, self._grace_passed)
+        try:
+            await asyncio.sleep(0)  # aborted connections' connection_lost callbacks run
+            if self._open:
+                await self._all_closed.wait()
+        finally:
+            timer.cancel()
+        return in_flight
+
+    def _grace_passed(self) -> None:
+        if self._open:
+            logger.warning("front door: %d connection(s) still open after the drain's grace "
+                           "period: closed without an answer", len(self._open))
+        for connection in list(self._open):
+            connection.abort()
+
+    def _closed(self, connection: _Connection) -> None:
+        self._open.discard(connection)
+        if self._all_closed is not None and not self._open:
+            self._all_closed.set()
 
     async def close(self) -> None:
         """Stop listening and close every open connection at once."""
@@ -233,6 +288,11 @@ class _Connection(asyncio.Protocol):
         self._client_pauses: set[str] = set()
         self._upstream_paused = False
         self._connect: asyncio.Task[None] | None = None
+
+    @property
+    def in_flight(self) -> bool:
+        """A request is begun on this connection and not answered (nor refused) yet."""
+        return not self.finished and (self.request_begun or self.heads > self.answered)
 
     # Client side (asyncio.Protocol).
 
@@ -296,7 +356,7 @@ class _Connection(asyncio.Protocol):
             self.upstream.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.door._open.discard(self)
+        self.door._closed(self)
         self.finished = True
         self._disarm()
         if self._linger is not None:
@@ -365,6 +425,8 @@ class _Connection(asyncio.Protocol):
         self.client.write(data)
         if self.late:
             self._answer_late()
+        elif self.door.draining and not self.in_flight:
+            self._finish()  # its last request is answered: no other is taken while draining
 
     def upstream_lost(self) -> None:
         self.upstream = None
@@ -468,10 +530,12 @@ class _Connection(asyncio.Protocol):
 
 @contextmanager
 def front_door_thread(upstream: tuple[str, int], host: str, port: int,
-                      limits: FrontDoorLimits = FrontDoorLimits()) -> Iterator[FrontDoor]:
+                      limits: FrontDoorLimits = FrontDoorLimits(),
+                      drain_s: float = 0.0) -> Iterator[FrontDoor]:
     """Run a :class:`FrontDoor` on `host`:`port` on an event loop of its own, in a daemon
-    thread; yield it once it listens (a bind error is raised here); close it and end the thread
-    on exit."""
+    thread; yield it once it listens (a bind error is raised here); on exit, drain it for at
+    most `drain_s` seconds (:meth:`FrontDoor.drain`; 0: no drain), close it and end the
+    thread."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="dialscore-front-door", daemon=True)
     thread.start()
@@ -481,6 +545,8 @@ def front_door_thread(upstream: tuple[str, int], host: str, port: int,
         yield door
     finally:
         try:
+            if drain_s > 0:
+                asyncio.run_coroutine_threadsafe(door.drain(drain_s), loop).result(drain_s + 30)
             asyncio.run_coroutine_threadsafe(door.close(), loop).result(timeout=30)
         finally:
             loop.call_soon_threadsafe(loop.stop)
