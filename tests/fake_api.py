@@ -155,15 +155,16 @@ class WatchedNLL:
     def __init__(self, serving: NLLServing, hook: Callable[[Sequence[NLLItem]], None]):
         self.serving, self.hook = serving, hook
 
-    async def score(self, items: Sequence[NLLItem], return_tokens: bool = False) -> Reply[Scored]:
+    async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
+                    lane: str = "interactive") -> Reply[Scored]:
         try:
             self.hook(items)
         except ServiceError as exc:
             return Reply(error=exc)
-        return await self.serving.score(items, return_tokens)
+        return await self.serving.score(items, return_tokens, lane)  # type: ignore[arg-type]
 
-    async def complete(self, call: CompletionCall) -> Reply[Completed]:
-        return await self.serving.complete(call)
+    async def complete(self, call: CompletionCall, lane: str = "interactive") -> Reply[Completed]:
+        return await self.serving.complete(call, lane)  # type: ignore[arg-type]
 
     async def card(self) -> ModelCard:
         return await self.serving.card()
