@@ -605,16 +605,17 @@ class DialscoreClient(_BaseClient):
                top_n: int | None = None, nll_model: str | None = None,
                weights: Mapping[str, float] | None = None, speaker: str | int | None = None,
                mode: str | None = None, model: str | None = None, threshold: float | None = None,
-               evidence_threshold: float | None = None,
+               evidence_threshold: float | None = None, priority: int | None = None,
                extra_body: Mapping[str, Any] | None = None) -> RerankResponse:
         """``POST /v1/rerank``: candidates scored against the context, best first. Options left
         at None take the server's defaults (``speaker``: who says the candidates, default the
         most recent context speaker other than the last; ``mode``: structured/unstructured;
-        ``model``: the detector; ``threshold``/``evidence_threshold`` as in /v1/contradiction)."""
+        ``model``: the detector; ``threshold``/``evidence_threshold`` as in /v1/contradiction;
+        ``priority``: vLLM's request priority, above 0 asks for the bulk lane)."""
         body = self._rerank_body(context, candidates, {
             "top_n": top_n, "nll_model": nll_model, "weights": weights, "speaker": speaker,
             "mode": mode, "model": model, "threshold": threshold,
-            "evidence_threshold": evidence_threshold}, extra_body)
+            "evidence_threshold": evidence_threshold, "priority": priority}, extra_body)
         return self._request("POST", "/v1/rerank", RerankResponse, body)
 
     def health(self) -> Health:
@@ -736,12 +737,13 @@ class AsyncDialscoreClient(_BaseClient):
                      weights: Mapping[str, float] | None = None, speaker: str | int | None = None,
                      mode: str | None = None, model: str | None = None,
                      threshold: float | None = None, evidence_threshold: float | None = None,
+                     priority: int | None = None,
                      extra_body: Mapping[str, Any] | None = None) -> RerankResponse:
         """``POST /v1/rerank`` (see :meth:`DialscoreClient.rerank`)."""
         body = self._rerank_body(context, candidates, {
             "top_n": top_n, "nll_model": nll_model, "weights": weights, "speaker": speaker,
             "mode": mode, "model": model, "threshold": threshold,
-            "evidence_threshold": evidence_threshold}, extra_body)
+            "evidence_threshold": evidence_threshold, "priority": priority}, extra_body)
         return await self._request("POST", "/v1/rerank", RerankResponse, body)
 
     async def health(self) -> Health:
