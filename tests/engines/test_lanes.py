@@ -148,6 +148,26 @@ def test_bulk_has_every_call_when_no_interactive_chunk_waits():
     assert asyncio.run(go()) == [["b0"], ["b1", "b2"], ["b3"]]
 
 
+def test_bulk_calls_merge_no_more_than_bulk_max_batch():
+    async def go():
+        engine = DrivenEngine()
+        queue = engine.attach(LaneQueue(engine, max_batch_size=100,
+                                        policy=LanePolicy(bulk_max_batch=20)))
+        sent = [send(queue, "b0", "bulk", 10)]
+        await until(lambda: engine.calls, "the first call")
+        sent += [send(queue, f"b{k}", "bulk", 10) for k in (1, 2, 3)]
+        sent += [send(queue, "i1", units=10), send(queue, "i2", units=10),
+                 send(queue, "i3", units=10)]
+        await running(engine, queue, "b0", waiting=6)
+        for _ in range(4):
+            await engine.release()
+        await asyncio.gather(*sent)
+        return engine.calls
+
+    # interactive calls keep the whole budget; bulk calls stop at 20
+    assert asyncio.run(go()) == [["b0"], ["i1", "i2", "i3"], ["b1", "b2"], ["b3"]]
+
+
 def test_with_lanes_off_every_chunk_waits_its_turn_first_come_first_served():
     async def go():
         engine = DrivenEngine()
@@ -194,6 +214,8 @@ def test_a_policy_refuses_settings_that_would_starve_or_mean_nothing():
         LanePolicy(bulk_every=0)
     with pytest.raises(ValueError, match="interactive_max_cost"):
         LanePolicy(interactive_max_cost=-1)
+    with pytest.raises(ValueError, match="bulk_max_batch"):
+        LanePolicy(bulk_max_batch=0)
 
 
 def test_a_serving_puts_a_request_over_one_chunk_in_the_bulk_lane_whatever_it_asks():

@@ -86,9 +86,15 @@ class ServingOptions(BaseModel):
         "cannot claim the interactive lane by asking. Default: one chunk (`chunk_tokens` or "
         "`chunk_pairs`). 0: every request is bulk.")
 
+    bulk_max_batch: int | None = Field(
+        None, ge=1, description="With priority lanes on, an engine call of bulk chunks merges at "
+        "most this much (NLL models: computed positions; classifiers: NLI pairs), so an "
+        "interactive request arriving while it runs waits for less. Default: max_batch_tokens "
+        "(the whole budget).")
+
     def lane_policy(self, chunk: int) -> LanePolicy:
         """The priority-lane policy of this model's replicas, where `chunk` is the size of its
         chunks (the default cap of the interactive lane)."""
         cap = self.interactive_max_cost if self.interactive_max_cost is not None else chunk
         return LanePolicy(enabled=self.priority_lanes, bulk_every=self.bulk_every,
-                          interactive_max_cost=cap)
+                          interactive_max_cost=cap, bulk_max_batch=self.bulk_max_batch)

@@ -8,8 +8,9 @@ waiting, so within a lane the engine calls still merge one chunk of every waitin
 turn-taking of :mod:`~dialscore_server.scheduling.chunks`). When the engine is free, the next
 engine call takes (:meth:`LaneQueue.pick`):
 
-* no interactive chunk waiting: bulk chunks, oldest first, up to the call's budget (bulk has the
-  whole engine when nobody interactive waits);
+* no interactive chunk waiting: bulk chunks, oldest first, up to the call's budget, or
+  ``bulk_max_batch`` where set (bulk has every call when nobody interactive waits; the smaller
+  its calls, the sooner an interactive arrival gets the engine);
 * interactive chunks waiting: interactive chunks only, oldest first, up to the budget, except
   that while bulk chunks wait too, every ``bulk_every``-th such call starts with the oldest bulk
   chunk and fills the rest with interactive ones. Bulk is never starved: with interactive work
@@ -56,17 +57,23 @@ class LanePolicy:
       serves a bulk chunk (1: every call includes one).
     * `interactive_max_cost`: a request whose cost (summed over its chunks, in the ledger's unit)
       exceeds it is served in the bulk lane whatever it asks; None: no cap.
+    * `bulk_max_batch`: with lanes on, an engine call of bulk chunks merges at most this much, in
+      chunk sizes (a chunk larger than that alone is a call of its own), so an interactive
+      request that arrives while it runs waits for less; None: the call's whole budget.
     """
 
     enabled: bool = True
     bulk_every: int = BULK_EVERY
     interactive_max_cost: int | None = None
+    bulk_max_batch: int | None = None
 
     def __post_init__(self) -> None:
         if self.bulk_every < 1:
             raise ValueError("bulk_every must be at least 1")
         if self.interactive_max_cost is not None and self.interactive_max_cost < 0:
             raise ValueError("interactive_max_cost must not be negative")
+        if self.bulk_max_batch is not None and self.bulk_max_batch < 1:
+            raise ValueError("bulk_max_batch must be at least 1")
 
     def lane_of(self, asked: Lane, cost: int) -> Lane:
         """The lane a request that asked for `asked` and costs `cost` is served in: bulk when
@@ -164,16 +171,21 @@ class LaneQueue(Generic[C, V]):
 
     # -- the policy ----------------------------------------------------------------------------
 
-    def _fits(self, taken: Sequence[_Waiting[C, V]], nxt: _Waiting[C, V]) -> bool:
+    def _fits(self, taken: Sequence[_Waiting[C, V]], nxt: _Waiting[C, V], budget: int | None
+              ) -> bool:
         if not taken:
             return True
-        if self.max_batch_size is None:
+        if budget is None:
             return False
-        return sum(w.chunk.size for w in taken) + nxt.chunk.size <= self.max_batch_size
+        return sum(w.chunk.size for w in taken) + nxt.chunk.size <= budget
 
-    def _fill(self, taken: list[_Waiting[C, V]], queue: Sequence[_Waiting[C, V]]) -> None:
+    def _fill(self, taken: list[_Waiting[C, V]], queue: Sequence[_Waiting[C, V]],
+              bulk: bool = False) -> None:
+        budget = self.max_batch_size
+        if bulk and budget is not None and self.policy.bulk_max_batch is not None:
+            budget = min(budget, self.policy.bulk_max_batch)
         for w in queue:
-            if not self._fits(taken, w):
+            if not self._fits(taken, w, budget):
                 break
             taken.append(w)
 
@@ -190,7 +202,7 @@ class LaneQueue(Generic[C, V]):
         else:
             interactive, bulk = self._lanes["interactive"], self._lanes["bulk"]
             if not interactive:
-                self._fill(taken, bulk)
+                self._fill(taken, bulk, bulk=True)
                 self._bulk_skipped = 0
             elif bulk and self._bulk_skipped + 1 >= self.policy.bulk_every:
                 taken.append(bulk[0])
