@@ -3,21 +3,21 @@ lanes off and on (one run, one app).
 
     python -m loadtests.bench_lanes --rate 3 --seconds 20
 
-One app serves the stand-in NLI classifier and the stand-in DialoGPT twice: as
-``dialogpt-lanes-off`` (``priority_lanes: false``: one first-come-first-served queue) and as
-``dialogpt-lanes-on`` (the default lanes), each one replica with 2 threads. Phases, each
---seconds long; the interactive stream is /v1/rerank requests (6-turn context, 8 candidates, with
+One app serves the stand-in NLI classifier and the stand-in DialoGPT three times: as
+``dialogpt-lanes-off`` (``priority_lanes: false``: one first-come-first-served queue), as
+``dialogpt-lanes-on`` (the default lanes) and as ``dialogpt-lanes-small-bulk`` (lanes, and bulk
+engine calls of at most --bulk-max-batch positions), each one replica with 2 threads. Phases,
+each --seconds long; the interactive stream is /v1/rerank requests (6-turn context, 8 candidates, with
 ``nll_model``: its NLL term shares the dialogue model's replica with the probe run) sent
 open-loop at --rate per second, no priority header (interactive):
 
-1. *alone, lanes off* / *alone, lanes on*: the stream alone (``nll_model`` the lanes-off and the
-   lanes-on deployment);
+1. *alone*: the stream alone, ``nll_model`` each deployment in turn;
 2. *beside probe, lanes off*: the same stream while a probe run scores the shipped CEDAR sample's
    attribution items on the lanes-off deployment as the client's probe runs do
    (``AsyncDialscoreClient.nll_many``, 64 items per request, ``max_concurrency`` --concurrency,
    default 8 = the client's default, ``X-Dialscore-Priority: bulk``), over and over until the
    stream ends;
-3. *beside probe, lanes on*: the same against the lanes-on deployment.
+3. *beside probe, lanes on* / *small bulk*: the same against the other two deployments.
 
 Reported: the stream's p50/p99 latency and the probe run's items per second, per phase, and the
 ratios of p99 to the *alone* p99 of the same deployment. Loopback only; every loop is bounded
@@ -42,13 +42,13 @@ from loadtests.common import (
 
 APP = "lanes"
 CLASSIFIER = "roberta-large-mnli"
-OFF, ON = "dialogpt-lanes-off", "dialogpt-lanes-on"
+OFF, ON, SMALL = "dialogpt-lanes-off", "dialogpt-lanes-on", "dialogpt-lanes-small-bulk"
 
 
-def nll_entry(name: str, lanes: bool) -> dict[str, Any]:
+def nll_entry(name: str, lanes: bool, bulk_max_batch: int | None = None) -> dict[str, Any]:
     return {"name": NLL_MODEL, "serve_as": name, "serving": {
-        "num_cpus": 0.8, "num_threads": 2, "max_ongoing_requests": 128,
-        "max_queued_requests": 512, "priority_lanes": lanes}}
+        "num_cpus": 0.6, "num_threads": 2, "max_ongoing_requests": 128,
+        "max_queued_requests": 512, "priority_lanes": lanes, "bulk_max_batch": bulk_max_batch}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,10 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--concurrency", type=int, default=8,
                     help="the probe run's requests in flight (default 8: the client's default)")
+    ap.add_argument("--bulk-max-batch", type=int, default=2048,
+                    help="bulk_max_batch of the third deployment (default 2048: one chunk)")
     args = ap.parse_args(argv)
     app_args = {
         "stand_ins": str(WORK / "stand-ins"), "request_timeout_s": 300,
-        "models": [nll_entry(OFF, False), nll_entry(ON, True)],
+        "models": [nll_entry(OFF, False), nll_entry(ON, True),
+                   nll_entry(SMALL, True, args.bulk_max_batch)],
         "classifiers": [{"name": CLASSIFIER, "serving": {
             "num_cpus": 0.3, "num_threads": 1, "max_ongoing_requests": 128,
             "max_queued_requests": 512}}],
@@ -128,7 +131,7 @@ def measure(url: str, args: argparse.Namespace) -> None:
 
     async def warm() -> None:
         async with httpx.AsyncClient(base_url=url, timeout=300) as client:
-            for model in (OFF, ON):
+            for model in (OFF, ON, SMALL):
                 for _ in range(3):
                     (await client.post("/v1/rerank", json=rerank_body(model))).raise_for_status()
                 (await client.post("/v1/nll", json={"model": model, "items": items[:64]})
@@ -141,8 +144,10 @@ def measure(url: str, args: argparse.Namespace) -> None:
     rows = []
     alone: dict[str, float | None] = {}
     for name, model, probe in [("alone, lanes off", OFF, False), ("alone, lanes on", ON, False),
+                               ("alone, small bulk calls", SMALL, False),
                                ("beside probe, lanes off", OFF, True),
-                               ("beside probe, lanes on", ON, True)]:
+                               ("beside probe, lanes on", ON, True),
+                               ("beside probe, small bulk", SMALL, True)]:
         lat, rate = asyncio.run(phase(url, model, probe, args, items))
         p50, p99 = percentile(lat, 50), percentile(lat, 99)
         if not probe:
@@ -150,7 +155,7 @@ def measure(url: str, args: argparse.Namespace) -> None:
         base = alone.get(model)
         rows.append([name, len(lat), p50, p99, p99 / base if p99 and base else None,
                      rate if probe else None])
-    columns = [Column("phase", 24, left=True), Column("n", 4, "d"), Column("p50 s", 7, ".3f"),
+    columns = [Column("phase", 25, left=True), Column("n", 4, "d"), Column("p50 s", 7, ".3f"),
                Column("p99 s", 7, ".3f"), Column("p99/alone", 9, ".2f"),
                Column("probe items/s", 13, ".1f")]
     print(table(columns, rows))
