@@ -5,7 +5,7 @@ socket.
 
 Only the engines are fake (:class:`FakeNLLEngine`, :class:`FakeDetector`); every request and
 response goes through the real validation, limits, error mapping and serialization, so the fake
-cannot drift from the server. What it lacks is Serve itself: no ``@serve.batch`` merging across
+cannot drift from the server. What it lacks is Serve itself: no merged engine calls across
 requests and no process hop (the deployment tests cover those).
 
     api = FakeAPI()                                   # models: FAKE_CARDS

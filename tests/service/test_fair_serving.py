@@ -99,9 +99,9 @@ def test_a_small_request_is_not_stuck_behind_a_large_one(fair, gate):
     assert ray.get(gate.wait_for.remote(1, 0, HANG_S))["waiting"] == 1  # first chunk in the engine
     small = post_in_background(url, SMALL, answers, "small")
     admitted("fair", NLI, before, PAIRS + 1)  # the small request is queued
-    # Serve forms the next batch while a call runs, and a request's next chunk is queued when
-    # its current one's call begins: the small request rides within the next two calls, and
-    # no call carries more than one chunk (one dialogue) of the large request.
+    # A request's next chunk is queued when its current one's call begins; the small request
+    # (interactive; the large one is over the interactive cap, so bulk) rides within the next
+    # two calls, and no call carries more than one chunk (one dialogue) of the large request.
     calls = calls_until(gate, "I hate dogs.", 3)
     assert all(sum(t != "I hate dogs." for t in c) <= 1 for c in calls)
     small.join(HANG_S)
