@@ -25,7 +25,8 @@ OPENAPI_FILE = SNAPSHOT / "openapi.json"
 EXCHANGES_FILE = SNAPSHOT / "exchanges.json"
 
 #: The response headers the contract fixes (the client reads them), lower-cased.
-CONTRACT_HEADERS = ("content-type", "x-error-type", "retry-after", "x-work-dropped")
+CONTRACT_HEADERS = ("content-type", "x-error-type", "retry-after", "x-work-dropped",
+                    "x-dialscore-lane")
 
 
 def read() -> tuple[dict[str, Any], list[dict[str, Any]]]:

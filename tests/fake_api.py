@@ -5,7 +5,7 @@ socket.
 
 Only the engines are fake (:class:`FakeNLLEngine`, :class:`FakeDetector`); every request and
 response goes through the real validation, limits, error mapping and serialization, so the fake
-cannot drift from the server. What it lacks is Serve itself: no ``@serve.batch`` merging across
+cannot drift from the server. What it lacks is Serve itself: no merged engine calls across
 requests and no process hop (the deployment tests cover those).
 
     api = FakeAPI()                                   # models: FAKE_CARDS
@@ -155,15 +155,16 @@ class WatchedNLL:
     def __init__(self, serving: NLLServing, hook: Callable[[Sequence[NLLItem]], None]):
         self.serving, self.hook = serving, hook
 
-    async def score(self, items: Sequence[NLLItem], return_tokens: bool = False) -> Reply[Scored]:
+    async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
+                    lane: str = "interactive") -> Reply[Scored]:
         try:
             self.hook(items)
         except ServiceError as exc:
             return Reply(error=exc)
-        return await self.serving.score(items, return_tokens)
+        return await self.serving.score(items, return_tokens, lane)  # type: ignore[arg-type]
 
-    async def complete(self, call: CompletionCall) -> Reply[Completed]:
-        return await self.serving.complete(call)
+    async def complete(self, call: CompletionCall, lane: str = "interactive") -> Reply[Completed]:
+        return await self.serving.complete(call, lane)  # type: ignore[arg-type]
 
     async def card(self) -> ModelCard:
         return await self.serving.card()

@@ -28,7 +28,8 @@ async def until(condition: Callable[[], bool], what: str, limit_s: float = HANG_
 class MergingRunner:
     """A runner factory (``runner=`` of a serving) whose engine calls happen when the test says:
     chunks wait in :attr:`queue` until :meth:`step` hands everything waiting to one engine call,
-    as ``@serve.batch`` merges a replica's queue. :attr:`order` records each call's chunk costs;
+    as a replica merges its queue when lanes are off (first in, first out; the lane policy and
+    metric labels a serving passes are ignored). :attr:`order` records each call's chunk costs;
     :attr:`arrived` each chunk's cost in the order chunks reached the queue."""
 
     def __init__(self) -> None:
@@ -38,7 +39,7 @@ class MergingRunner:
         self.arrived: list[int] = []
         self.on_arrival: Callable[[Any], None] | None = None
 
-    def __call__(self, call: Callable[[Sequence[Any]], Awaitable[list[Any]]]):
+    def __call__(self, call: Callable[[Sequence[Any]], Awaitable[list[Any]]], **_: Any):
         self.call = call
         return self._enqueue
 

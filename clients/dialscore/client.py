@@ -57,6 +57,13 @@ Behaviour:
 * **Auth**: ``token=`` or the ``DIALSCORE_TOKEN`` environment variable adds
   ``Authorization: Bearer <token>``. The URL defaults to ``DIALSCORE_URL`` or
   ``http://127.0.0.1:8000``.
+* **Priority lanes**: ``priority="bulk"`` sends ``X-Dialscore-Priority: bulk`` with every request
+  (bulk work yields the engine to interactive requests; the service serves it with a bounded
+  share meanwhile), ``priority="interactive"`` asks for the interactive lane, which the service
+  grants only to requests within its cost cap; None (the default) sends no header: interactive.
+  The probe and evaluation runs ask for bulk unless the client names a priority
+  (:mod:`dialscore.sync_bridge`, the CLI's ``--priority``). The lane a response was served in is
+  its ``x-dialscore-lane`` header.
 * **Tests** pass ``transport=httpx.MockTransport(handler)`` (or ``httpx.MockTransport`` with an
   async handler for the async client).
 """
@@ -73,7 +80,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -104,7 +111,8 @@ from dialscore.types import (
     Turn,
 )
 
-__all__ = ["AsyncDialscoreClient", "DialscoreClient", "RetryPolicy", "DEFAULT_TIMEOUT", "DEFAULT_URL"]
+__all__ = ["AsyncDialscoreClient", "DialscoreClient", "RetryPolicy", "DEFAULT_TIMEOUT", "DEFAULT_URL",
+           "PRIORITY_HEADER", "Priority"]
 
 log = logging.getLogger("dialscore.client")
 
@@ -112,6 +120,10 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 #: Scoring a big chunk on CPU can take a while: generous read timeout, short connect timeout.
 DEFAULT_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
 USER_AGENT = f"dialscore-client/{__version__}"
+#: The request header that asks for a priority lane (the service's contract/priority.py).
+PRIORITY_HEADER = "X-Dialscore-Priority"
+#: A lane a client may ask for.
+Priority = Literal["interactive", "bulk"]
 
 R = TypeVar("R", bound=BaseModel)
 ItemLike = NLLItem | Mapping[str, Any]
@@ -293,14 +305,19 @@ class _BaseClient:
     def __init__(self, base_url: str | None = None, *, token: str | None = None,
                  timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT,
                  retry: RetryPolicy | None = None, max_concurrency: int = 8,
-                 headers: Mapping[str, str] | None = None, retry_budget: RetryBudget | None = None):
+                 headers: Mapping[str, str] | None = None, retry_budget: RetryBudget | None = None,
+                 priority: Priority | None = None):
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
+        if priority not in (None, "interactive", "bulk"):
+            raise ValueError(f"priority must be 'interactive', 'bulk' or None, got {priority!r}")
         self.base_url = (base_url or os.environ.get("DIALSCORE_URL") or DEFAULT_URL).rstrip("/")
         token = token if token is not None else os.environ.get("DIALSCORE_TOKEN") or None
         self.headers: dict[str, str] = {"User-Agent": USER_AGENT, "Accept": "application/json"}
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
+        if priority is not None:
+            self.headers[PRIORITY_HEADER] = priority
         self.headers.update(headers or {})
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
@@ -553,16 +570,19 @@ class DialscoreClient(_BaseClient):
     ``token`` (default ``$DIALSCORE_TOKEN``), ``timeout`` (seconds or ``httpx.Timeout``),
     ``retry`` (:class:`RetryPolicy`), ``max_concurrency``, ``headers``, ``transport``,
     ``retry_budget`` (:class:`~dialscore.retry_budget.RetryBudget`; pass one instance to several
-    clients to share it).
+    clients to share it), ``priority`` (``"bulk"``, ``"interactive"`` or None: the lane every
+    request asks for; see the module docstring).
     """
 
     def __init__(self, base_url: str | None = None, *, token: str | None = None,
                  timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT,
                  retry: RetryPolicy | None = None, max_concurrency: int = 8,
                  headers: Mapping[str, str] | None = None,
-                 transport: httpx.BaseTransport | None = None, retry_budget: RetryBudget | None = None):
+                 transport: httpx.BaseTransport | None = None, retry_budget: RetryBudget | None = None,
+                 priority: Priority | None = None):
         super().__init__(base_url, token=token, timeout=timeout, retry=retry,
-                         max_concurrency=max_concurrency, headers=headers, retry_budget=retry_budget)
+                         max_concurrency=max_concurrency, headers=headers, retry_budget=retry_budget,
+                         priority=priority)
         #: The transport given (None: httpx's default); the sync entry points reuse it.
         self.transport = transport
         self._limit = threading.BoundedSemaphore(max_concurrency)
@@ -661,16 +681,17 @@ class DialscoreClient(_BaseClient):
                top_n: int | None = None, nll_model: str | None = None,
                weights: Mapping[str, float] | None = None, speaker: str | int | None = None,
                mode: str | None = None, model: str | None = None, threshold: float | None = None,
-               evidence_threshold: float | None = None,
+               evidence_threshold: float | None = None, priority: int | None = None,
                extra_body: Mapping[str, Any] | None = None) -> RerankResponse:
         """``POST /v1/rerank``: candidates scored against the context, best first. Options left
         at None take the server's defaults (``speaker``: who says the candidates, default the
         most recent context speaker other than the last; ``mode``: structured/unstructured;
-        ``model``: the detector; ``threshold``/``evidence_threshold`` as in /v1/contradiction)."""
+        ``model``: the detector; ``threshold``/``evidence_threshold`` as in /v1/contradiction;
+        ``priority``: vLLM's request priority, above 0 asks for the bulk lane)."""
         body = self._rerank_body(context, candidates, {
             "top_n": top_n, "nll_model": nll_model, "weights": weights, "speaker": speaker,
             "mode": mode, "model": model, "threshold": threshold,
-            "evidence_threshold": evidence_threshold}, extra_body)
+            "evidence_threshold": evidence_threshold, "priority": priority}, extra_body)
         return self._request("POST", "/v1/rerank", RerankResponse, body)
 
     def health(self) -> Health:
@@ -699,9 +720,11 @@ class AsyncDialscoreClient(_BaseClient):
                  timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT,
                  retry: RetryPolicy | None = None, max_concurrency: int = 8,
                  headers: Mapping[str, str] | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None, retry_budget: RetryBudget | None = None):
+                 transport: httpx.AsyncBaseTransport | None = None, retry_budget: RetryBudget | None = None,
+                 priority: Priority | None = None):
         super().__init__(base_url, token=token, timeout=timeout, retry=retry,
-                         max_concurrency=max_concurrency, headers=headers, retry_budget=retry_budget)
+                         max_concurrency=max_concurrency, headers=headers, retry_budget=retry_budget,
+                         priority=priority)
         #: The transport given (None: httpx's default).
         self.transport = transport
         self._limit = asyncio.Semaphore(max_concurrency)
@@ -789,12 +812,13 @@ class AsyncDialscoreClient(_BaseClient):
                      weights: Mapping[str, float] | None = None, speaker: str | int | None = None,
                      mode: str | None = None, model: str | None = None,
                      threshold: float | None = None, evidence_threshold: float | None = None,
+                     priority: int | None = None,
                      extra_body: Mapping[str, Any] | None = None) -> RerankResponse:
         """``POST /v1/rerank`` (see :meth:`DialscoreClient.rerank`)."""
         body = self._rerank_body(context, candidates, {
             "top_n": top_n, "nll_model": nll_model, "weights": weights, "speaker": speaker,
             "mode": mode, "model": model, "threshold": threshold,
-            "evidence_threshold": evidence_threshold}, extra_body)
+            "evidence_threshold": evidence_threshold, "priority": priority}, extra_body)
         return await self._request("POST", "/v1/rerank", RerankResponse, body)
 
     async def health(self) -> Health:

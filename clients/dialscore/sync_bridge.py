@@ -6,6 +6,10 @@ retry budget and transport, and `concurrency` requests in flight (default: the c
 `max_concurrency`; 16 for a URL). A transport that serves async clients too (such as
 ``httpx.MockTransport``) is used as it is; a sync-only one (an ``httpx.HTTPTransport`` the caller
 configured) is called from a worker thread, each response read whole there.
+
+The runs are bulk work: they ask for the bulk priority lane (``X-Dialscore-Priority: bulk``), so
+interactive callers of the same service keep their latency, unless the sync client names a
+priority itself (``DialscoreClient(..., priority="interactive")``).
 """
 
 from __future__ import annotations
@@ -70,10 +74,12 @@ def run_sync(client: DialscoreClient | str, concurrency: int | None, name: str,
 
     async def main() -> T:
         if isinstance(client, str):
-            mirror = AsyncDialscoreClient(client, max_concurrency=concurrency or 16)
+            mirror = AsyncDialscoreClient(client, max_concurrency=concurrency or 16,
+                                          priority="bulk")
         else:
             mirror = AsyncDialscoreClient(client.base_url, token="", timeout=client.timeout,
-                                          retry=client.retry, headers=client.headers,
+                                          retry=client.retry, priority="bulk",
+                                          headers=client.headers,
                                           max_concurrency=concurrency or client.max_concurrency,
                                           transport=_async_transport(client.transport),
                                           retry_budget=client.retry_budget)

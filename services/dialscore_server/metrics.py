@@ -186,7 +186,7 @@ ITEMS = Metric("counter", "dialscore_items_scored_total",
 TOKENS = Metric("counter", "dialscore_tokens_scored_total", "Tokens fed to models, by side.",
                 ["model", "side"])
 BATCH_SIZE = Metric("histogram", "dialscore_batch_items",
-                    "Items merged into one engine call (@serve.batch).", ["model"],
+                    "Items merged into one engine call.", ["model"],
                     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096))
 BATCH_REQUESTS = Metric("histogram", "dialscore_batch_requests", "Requests merged into one engine call.",
                         ["model"], buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32, 64))
@@ -234,7 +234,22 @@ WORK_SECONDS = Metric(
     "requests cancelled before their answer (client gone or deadline passed), `orphan` the part "
     "of that computed after the cancel, for nobody.", ["model", "kind"])
 
+LANE_WAITING = Metric(
+    "gauge", "dialscore_lane_waiting_work",
+    "Work waiting for an engine call on a model replica, by priority lane, in `unit` (the chunks "
+    "queued now).", ["model", "unit", "lane"])
+LANE_WORK = Metric(
+    "counter", "dialscore_lane_work_served_total",
+    "Work a model replica's engine calls took, by priority lane, in `unit`.",
+    ["model", "unit", "lane"])
+LANE_LATENCY = Metric(
+    "histogram", "dialscore_lane_latency_seconds",
+    "Time of a request on a model replica (admission, queue and engine calls), by the priority "
+    "lane it was served in.", ["model", "lane"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+
 #: Every metric, for the dashboard test and documentation.
 ALL: tuple[Metric, ...] = (REQUESTS, ERRORS, LATENCY, ITEMS, TOKENS, BATCH_SIZE, BATCH_REQUESTS,
                            BATCH_TOKENS, PADDING_WASTE, REUSED_TOKENS, IN_FLIGHT, SLOW_CLIENTS, WORK_IN_FLIGHT,
-                           WORK_ADMITTED, WORK_DONE, WORK_ABANDONED, WORK_SECONDS)
+                           WORK_ADMITTED, WORK_DONE, WORK_ABANDONED, WORK_SECONDS, LANE_WAITING,
+                           LANE_WORK, LANE_LATENCY)

@@ -122,7 +122,7 @@ def test_rerank_keywords_cover_the_servers_request_fields_and_validate():
     client.rerank([{"speaker": "A", "text": "I have a dog."}, {"speaker": "B", "text": "Nice."}],
                   ["I have no pets."], top_n=1, nll_model="m", weights={"contradiction": 2.0},
                   speaker="A", mode="unstructured", model="nli", threshold=0.6,
-                  evidence_threshold=0.4)
+                  evidence_threshold=0.4, priority=1)
     body = sent[0]
     assert set(body) == options | {"context", "candidates"}
     validate("RerankRequest", body)

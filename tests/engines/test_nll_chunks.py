@@ -148,7 +148,7 @@ def test_a_cancelled_request_drops_its_remaining_chunks():
 
 
 def test_a_batching_runner_interleaves_chunks_of_concurrent_requests():
-    """With a runner that merges what is waiting (as @serve.batch does), a small request sent
+    """With a runner that merges what is waiting (as a replica does with lanes off), a small request sent
     after a large one rides in the second engine call, not after all of the large one's."""
     runner = MergingRunner()
     serving = NLLServing(FakeNLLEngine(CARD), max_batch_tokens=8192, chunk_tokens=20,

@@ -14,13 +14,15 @@ from dialscore_server.rerank.serving import RerankCall, RerankServing
 
 
 class TimedDetector:
-    async def detect(self, job: DetectionJob) -> Reply[list[DetectionResult]]:
+    async def detect(self, job: DetectionJob, lane: str = "interactive"
+                     ) -> Reply[list[DetectionResult]]:
         return Reply(value=[DetectionResult(False, 0.25, (), 1) for _ in job.dialogues],
                      compute_s=0.25, queue_s=0.125)
 
 
 class TimedNLL:
-    async def score(self, items, return_tokens: bool = False) -> Reply[Scored]:
+    async def score(self, items, return_tokens: bool = False, lane: str = "interactive"
+                    ) -> Reply[Scored]:
         return Reply(value=Scored([NLLResult(2.0, [2.0], [7], 1, 3, False) for _ in items]),
                      compute_s=0.5, queue_s=0.0, tokenize_s=0.0625)
 

@@ -121,6 +121,11 @@ LIVE: list[Case] = [
                "echo": True, "logprobs": 1},
          volatile=("id", "created", "choices[*].logprobs.token_logprobs[*]",
                    "choices[*].logprobs.top_logprobs")),
+    Case("rerank-bulk", "POST", "/v1/rerank",
+         body={"context": CONTEXT, "candidates": ["I have no pets.", "Yes."], "priority": 1},
+         volatile=("id", *CHECKPOINT, "results[*].index", "results[*].score",
+                   "results[*].contradiction_probability", "results[*].is_contradiction",
+                   "results[*].evidence")),
     Case("tei-rerank", "POST", "/rerank",
          body={"query": "I have two dogs.\nDo you like them?", "texts": ["I have no pets.", "Yes."]},
          volatile=("[*].index", "[*].score")),
@@ -146,6 +151,8 @@ LIVE: list[Case] = [
          call("rerank", [{"speaker": "bot", "text": "Hi."}], ["Hello."])),
     Case("rerank-too-many-candidates", "POST", "/v1/rerank",
          call("rerank", CONTEXT, ["x"] * 257)),
+    Case("rerank-bad-priority", "POST", "/v1/rerank",
+         body={"context": CONTEXT, "candidates": ["Yes."], "priority": "high"}),
     Case("no-such-route", "GET", "/v1/nope"),
 ]
 

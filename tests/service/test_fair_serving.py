@@ -99,9 +99,9 @@ def test_a_small_request_is_not_stuck_behind_a_large_one(fair, gate):
     assert ray.get(gate.wait_for.remote(1, 0, HANG_S))["waiting"] == 1  # first chunk in the engine
     small = post_in_background(url, SMALL, answers, "small")
     admitted("fair", NLI, before, PAIRS + 1)  # the small request is queued
-    # Serve forms the next batch while a call runs, and a request's next chunk is queued when
-    # its current one's call begins: the small request rides within the next two calls, and
-    # no call carries more than one chunk (one dialogue) of the large request.
+    # A request's next chunk is queued when its current one's call begins; the small request
+    # (interactive; the large one is over the interactive cap, so bulk) rides within the next
+    # two calls, and no call carries more than one chunk (one dialogue) of the large request.
     calls = calls_until(gate, "I hate dogs.", 3)
     assert all(sum(t != "I hate dogs." for t in c) <= 1 for c in calls)
     small.join(HANG_S)
@@ -174,3 +174,54 @@ def test_a_small_nll_request_is_not_stuck_behind_a_large_one(fair, gate):
              for name, r in answers.items()}
     settled("fair", GPT, before, done=usage["large"] + usage["small"], dropped=0, wasted=0)
     assert len(ray.get(gate.state.remote())["calls"]) >= 20  # many chunks, not one call
+
+
+#: 4 dialogues x 64 earlier turns of the last speaker = 256 pairs: 4 chunks of 64 (chunk_pairs),
+#: over the default interactive cap (one chunk), so bulk whatever it asks.
+def medium(tag: str) -> dict:
+    return {"model": NLI, "dialogues": [
+        {"turns": [{"speaker": 1, "text": f"{tag}: I have {j} dogs and {d} cats."}
+                   for j in range(65)]} for d in range(4)]}
+
+
+#: A two-candidate rerank (2 pairs): within the interactive cap.
+RERANK = {"model": NLI, "context": [{"speaker": 1, "text": "I love dogs."},
+                                    {"speaker": 2, "text": "Me too."}],
+          "candidates": ["I detest dogs.", "Dogs are my favourite."]}
+
+
+def test_an_interactive_rerank_is_served_before_bulk_chunks_queued_earlier(fair, gate):
+    """Two bulk contradiction requests are queued while the first one's first chunk is in the
+    engine: one says ``X-Dialscore-Priority: bulk``, the other asks for nothing but costs more than
+    the interactive lane admits. A small rerank sent after them is the whole of the very next
+    engine call, and every answer says the lane it was served in."""
+    before = work("fair", NLI)
+    answers: dict = {}
+
+    def post(path: str, body: dict, name: str, headers: dict | None = None) -> threading.Thread:
+        def run() -> None:
+            answers[name] = httpx.post(f"{fair.url}{path}", json=body, headers=headers,
+                                       timeout=HANG_S)
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    asked = post("/v1/contradiction", medium("asked"), "asked", {"X-Dialscore-Priority": "bulk"})
+    assert ray.get(gate.wait_for.remote(1, 0, HANG_S))["waiting"] == 1  # its first chunk runs
+    costly = post("/v1/contradiction", medium("costly"), "costly")
+    admitted("fair", NLI, before, 512)
+    rerank = post("/v1/rerank", RERANK, "rerank")
+    admitted("fair", NLI, before, 514)
+    calls = calls_until(gate, "I detest dogs.", 2)  # the call that ran, then the next one
+    assert sorted(calls[1]) == sorted(RERANK["candidates"])
+    rerank.join(HANG_S)
+    assert answers["rerank"].status_code == 200, answers["rerank"].text[:300]
+    assert answers["rerank"].headers["x-dialscore-lane"] == "interactive"
+    assert asked.is_alive() and costly.is_alive()
+    ray.get(gate.allow.remote(100))
+    for thread in (asked, costly):
+        thread.join(HANG_S)
+    for name in ("asked", "costly"):
+        assert answers[name].status_code == 200, answers[name].text[:300]
+        assert answers[name].headers["x-dialscore-lane"] == "bulk"
+    settled("fair", NLI, before, done=514, dropped=0, wasted=0)

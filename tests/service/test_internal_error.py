@@ -17,10 +17,10 @@ from fake_api import FAKE_CARDS
 class BrokenNLL:
     """A dialogue model whose scoring has a bug."""
 
-    async def score(self, items, return_tokens=False):
+    async def score(self, items, return_tokens=False, lane="interactive"):
         raise RuntimeError("a bug")
 
-    async def complete(self, call):
+    async def complete(self, call, lane="interactive"):
         raise RuntimeError("a bug")
 
     async def card(self):

@@ -33,7 +33,7 @@ from dialscore.evals.scorers import DIALOGUE_CHUNK
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    add_server_args(p, concurrency=16)
+    add_server_args(p, concurrency=16, priority="bulk")
     p.add_argument("--data", required=True, help="the data file (or MuTual folder) to evaluate")
     p.add_argument("--out", default="runs/eval", help="output folder (default runs/eval)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

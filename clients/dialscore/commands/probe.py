@@ -37,7 +37,7 @@ from dialscore.probes.corruptions import ALL_TYPES, CORRUPTIONS, SAMPLINGS
 def register(sub) -> None:
     p = sub.add_parser("probe", help="run the CEDAR inference/attribution probes against a service",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_server_args(p)
+    add_server_args(p, priority="bulk")
     p.add_argument("--data", default=None,
                    help="probe data, JSON Lines (default: the packaged 40-dialogue sample; schema "
                    "in the client's README)")

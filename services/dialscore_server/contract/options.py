@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dialscore_server.scheduling.lanes import BULK_EVERY, LanePolicy
+
 
 class ServingOptions(BaseModel):
     """How one model is served: replicas, resources, batching, backpressure, engine settings.
@@ -69,3 +71,30 @@ class ServingOptions(BaseModel):
         "by every replica on it, in $DIALSCORE_CACHE_DIR/kernel-routes.json), and GPT-2's GELU as "
         "one fused kernel (services/dialscore_server/nll/engine/kernels.py; same numbers to float "
         "rounding). Off: stock PyTorch kernels.")
+    priority_lanes: bool = Field(
+        True, description="Serve interactive requests' chunks before bulk ones on each engine call "
+        "(bulk keeps a bounded share: `bulk_every`). Off: every request the same share, first "
+        "come first served (only to measure it).")
+    bulk_every: int = Field(
+        BULK_EVERY, ge=1, description="While interactive and bulk chunks both wait, at least one "
+        "engine call in every `bulk_every` serves a bulk chunk (bulk is never starved; with no "
+        "interactive chunk waiting it has every call).")
+    interactive_max_cost: int | None = Field(
+        None, ge=0, description="A request costing more than this, in the model's unit of work "
+        "(NLL models: computed token positions; classifiers: NLI pairs), is served in the bulk "
+        "lane whatever it asks (header X-Dialscore-Priority or body `priority`), so bulk work "
+        "cannot claim the interactive lane by asking. Default: one chunk (`chunk_tokens` or "
+        "`chunk_pairs`). 0: every request is bulk.")
+
+    bulk_max_batch: int | None = Field(
+        None, ge=1, description="With priority lanes on, an engine call of bulk chunks merges at "
+        "most this much (NLL models: computed positions; classifiers: NLI pairs), so an "
+        "interactive request arriving while it runs waits for less. Default: max_batch_tokens "
+        "(the whole budget).")
+
+    def lane_policy(self, chunk: int) -> LanePolicy:
+        """The priority-lane policy of this model's replicas, where `chunk` is the size of its
+        chunks (the default cap of the interactive lane)."""
+        cap = self.interactive_max_cost if self.interactive_max_cost is not None else chunk
+        return LanePolicy(enabled=self.priority_lanes, bulk_every=self.bulk_every,
+                          interactive_max_cost=cap, bulk_max_batch=self.bulk_max_batch)

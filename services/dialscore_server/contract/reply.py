@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from dialscore_server.contract.errors import ServiceError
+from dialscore_server.contract.priority import Lane
 
 T = TypeVar("T")
 
@@ -26,6 +27,8 @@ class Reply(Generic[T]):
       chunks); ``queue_s``: the rest of its time in the replica after admission (waiting for an
       engine call); ``tokenize_s``: admission's time (validating and tokenizing the request),
       which the timing headers report where tokenizing is a step of its own.
+    * ``lane``: the priority lane the replica served the request in
+      (:mod:`~dialscore_server.contract.priority`); None when no replica admitted it.
     """
 
     value: T | None = None
@@ -33,6 +36,7 @@ class Reply(Generic[T]):
     queue_s: float = 0.0
     compute_s: float = 0.0
     tokenize_s: float = 0.0
+    lane: Lane | None = None
 
     def unwrap(self) -> T:
         """The value, or raise the error."""

@@ -9,12 +9,16 @@ named (its items' tokenization). The contradiction detector tokenizes its pairs 
 call, so on POST /v1/contradiction and a rerank without NLL model that time is part of
 ``x-compute-time`` and the header is absent rather than a misleading 0. A rerank's times add up
 its detector chunks and its NLL call (which run at the same time, so the sum can exceed the
-request's wall time)."""
+request's wall time).
+
+:func:`set_reply_timing` also sends the lane the request was served in
+(:data:`~dialscore_server.contract.priority.LANE_HEADER`), when a replica admitted it."""
 
 from __future__ import annotations
 
 from fastapi import Response
 
+from dialscore_server.contract.priority import LANE_HEADER
 from dialscore_server.contract.reply import Reply
 
 
@@ -31,6 +35,8 @@ def set_timing_headers(response: Response, compute_s: float, queue_s: float | No
 
 def set_reply_timing(response: Response, reply: Reply, tokenized: bool) -> None:
     """The timing headers of a model deployment's `reply` (`tokenized`: whether the request was
-    tokenized before it was queued, so ``reply.tokenize_s`` is a measured time)."""
+    tokenized before it was queued, so ``reply.tokenize_s`` is a measured time), and its lane."""
+    if reply.lane is not None:
+        response.headers[LANE_HEADER] = reply.lane
     set_timing_headers(response, reply.compute_s, reply.queue_s,
                        reply.tokenize_s if tokenized else None)

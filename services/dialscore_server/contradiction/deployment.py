@@ -2,7 +2,7 @@
 
 :class:`ContradictionDeployment` hosts one NLI classifier: a
 :class:`~dialscore_server.contradiction.serving.ContradictionServing` whose chunks meet the
-detector through ``@serve.batch``, merging jobs from many requests into one classifier call sized
+detector through the replica's lane queue (:func:`~dialscore_server.scheduling.serving.merged`), merging jobs from many requests into one classifier call sized
 in NLI pairs. It builds its detector with the class's ``from_options`` (``serving.engine``,
 default :class:`~dialscore_server.contradiction.engine.engine.ContradictionDetector`), so a test
 can serve a fake engine that loads no model.
@@ -26,7 +26,8 @@ from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.engine.engine import ContradictionDetector
 from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult
 from dialscore_server.contradiction.serving import ContradictionServing
-from dialscore_server.scheduling.serving import serve_batch
+from dialscore_server.contract.priority import Lane
+from dialscore_server.scheduling.serving import merged
 
 #: Upper bound of a batch, counted in NLI pairs.
 MAX_BATCH_PAIRS = 4096
@@ -45,10 +46,12 @@ class ContradictionDeployment(ModelDeployment):
         self.serving = ContradictionServing(
             self.engine, max_batch_pairs=max_batch_pairs, chunk_pairs=self.options.chunk_pairs,
             model=self.config.name,
-            runner=serve_batch(max_batch_pairs, self.options.batch_wait_timeout_s))
+            runner=merged(max_batch_pairs, self.options.batch_wait_timeout_s),
+            lanes=self.options.lane_policy(min(self.options.chunk_pairs, max_batch_pairs)))
 
-    async def detect(self, job: DetectionJob) -> Reply[list[DetectionResult]]:
-        return await self.serving.detect(job)
+    async def detect(self, job: DetectionJob, lane: Lane = "interactive"
+                     ) -> Reply[list[DetectionResult]]:
+        return await self.serving.detect(job, lane)
 
 
 class ClassifierHandle:
@@ -58,8 +61,9 @@ class ClassifierHandle:
     def __init__(self, handle: Any, deadlines: Deadlines, model: str):
         self._handle, self._deadlines, self._model = handle, deadlines, model
 
-    async def detect(self, job: DetectionJob) -> Reply[list[DetectionResult]]:
-        return await self._deadlines.call(self._handle.detect.remote(job), self._model)
+    async def detect(self, job: DetectionJob, lane: Lane = "interactive"
+                     ) -> Reply[list[DetectionResult]]:
+        return await self._deadlines.call(self._handle.detect.remote(job, lane), self._model)
 
     async def card(self) -> ModelCard:
         return await self._deadlines.call(self._handle.card.remote(), self._model)

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
+from dialscore_server.contract.priority import PriorityField
 from dialscore_server.contradiction.engine.pairing import (
     DEFAULT_THRESHOLD, DetectionJob, DetectionResult, Evidence, Turn,
 )
@@ -91,6 +92,7 @@ class ContradictionRequest(APIModel):
     model: str | None = Field(
         None, description="A classifier model name from GET /v1/models (default: the deployment's "
         "detector).")
+    priority: int | None = PriorityField
     mode: Literal["structured", "unstructured"] = Field(
         "structured", description="structured: pair the last turn with each earlier turn of the same "
         "speaker (evidence by turn id). unstructured: one pair, all earlier turns as "

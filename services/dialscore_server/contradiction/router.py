@@ -6,6 +6,7 @@ No `from __future__ import annotations` here: FastAPI reads these annotations at
 from fastapi import APIRouter, Response
 
 from dialscore_server.contract.errors import error_responses
+from dialscore_server.contract.priority import PriorityHeader, requested_lane
 from dialscore_server.contract.strict_json import strict_json_route
 from dialscore_server.contract.timing_headers import set_reply_timing
 from dialscore_server.contradiction.protocol import ContradictionRequest, ContradictionResponse
@@ -25,10 +26,12 @@ def build_router(gw: ClassifierBackend) -> APIRouter:
                  openapi_extra={"x-cost-limits": ["max_request_pairs", "max_id_chars", "max_evidence"]},
                  responses=error_responses("invalid_request", "unknown_model", "payload_too_large",
                                            "overloaded", "timeout", "model_error"))
-    async def contradiction(body: ContradictionRequest, response: Response) -> ContradictionResponse:
+    async def contradiction(body: ContradictionRequest, response: Response,
+                            priority: PriorityHeader = None) -> ContradictionResponse:
+        lane = requested_lane(priority, body.priority)
         body.check_limits(gw.limits)
         model = gw.resolve(body.model, "classifier", "model")
-        reply = await gw.classifier(model).detect(body.to_job())
+        reply = await gw.classifier(model).detect(body.to_job(), lane)
         results = reply.unwrap()
         card = await gw.card(model)
         set_reply_timing(response, reply, tokenized=False)

@@ -17,10 +17,12 @@ from dialscore.model_card import ModelCard
 from dialscore_server import metrics
 from dialscore_server.contract.backend import Backend
 from dialscore_server.contract.engine import Engine
+from dialscore_server.contract.priority import Lane
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult, plan_pairs
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk
+from dialscore_server.scheduling.lanes import LanePolicy
 from dialscore_server.scheduling.serving import ChunkedServing, RunnerFactory, one_at_a_time
 
 #: Default chunk size in NLI pairs (ServingOptions.chunk_pairs).
@@ -39,10 +41,12 @@ class ClassifierService(Protocol):
     (:class:`ContradictionServing`) or over Ray Serve
     (:class:`~dialscore_server.contradiction.deployment.ClassifierHandle`)."""
 
-    async def detect(self, job: DetectionJob) -> Reply[list[DetectionResult]]:
+    async def detect(self, job: DetectionJob, lane: Lane = "interactive"
+                     ) -> Reply[list[DetectionResult]]:
         """One result per dialogue of `job`, in order (see
-        :mod:`dialscore_server.contradiction.engine.engine`); bad input is the reply's InputError,
-        naming ``dialogues[i]...``."""
+        :mod:`dialscore_server.contradiction.engine.engine`), asking for the priority `lane` (the
+        reply says the lane used); bad input is the reply's InputError, naming
+        ``dialogues[i]...``."""
         ...
 
     async def card(self) -> ModelCard:
@@ -97,17 +101,20 @@ class ContradictionServing:
     """Detects contradictions on one engine, in chunks of `chunk_pairs` (capped at
     `max_batch_pairs`, the most one engine call merges). `model` labels the metrics (default:
     the card's name); `runner` is how chunks meet the engine
-    (:mod:`dialscore_server.scheduling.serving`)."""
+    (:mod:`dialscore_server.scheduling.serving`); `lanes` the priority-lane policy (default: lanes
+    on, a request of more than one chunk's pairs served in the bulk lane)."""
 
     def __init__(self, engine: Detector, *, max_batch_pairs: int, chunk_pairs: int = CHUNK_PAIRS,
-                 model: str = "", runner: RunnerFactory = one_at_a_time):
+                 model: str = "", runner: RunnerFactory = one_at_a_time,
+                 lanes: LanePolicy | None = None):
         self.engine = engine
         self.max_batch_pairs = max_batch_pairs
         self.chunk_pairs = max(1, min(chunk_pairs, max_batch_pairs))
         self._card = engine.card()
         self.model = model or self._card.name
         self.chunks: ChunkedServing[Work, list[DetectionResult]] = ChunkedServing(
-            self.run, model=self.model, unit="pairs", runner=runner)
+            self.run, model=self.model, unit="pairs", runner=runner,
+            lanes=lanes or LanePolicy(interactive_max_cost=self.chunk_pairs))
 
     async def card(self) -> ModelCard:
         return self._card
@@ -127,12 +134,13 @@ class ContradictionServing:
         """One detector call for every chunk of `works`; None for a work the guard left out."""
         return self.engine.detect_many([w.job for w in works], guard), None
 
-    async def detect(self, job: DetectionJob) -> Reply[list[DetectionResult]]:
+    async def detect(self, job: DetectionJob, lane: Lane = "interactive"
+                     ) -> Reply[list[DetectionResult]]:
         """See :meth:`ClassifierService.detect`. Cancelling the caller drops what is left."""
-        reply = await self.chunks.serve(lambda: self.admit(job))
+        reply = await self.chunks.serve(lambda: self.admit(job), lane)
         if reply.error is not None:
-            return Reply(error=reply.error)
+            return Reply(error=reply.error, lane=reply.lane)
         results = [r for part in reply.unwrap() for r in part]
         metrics.ITEMS.labels(self.model).inc(len(results))
         return Reply(value=results, compute_s=reply.compute_s, queue_s=reply.queue_s,
-                     tokenize_s=reply.tokenize_s)
+                     tokenize_s=reply.tokenize_s, lane=reply.lane)

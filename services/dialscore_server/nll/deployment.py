@@ -1,7 +1,8 @@
 """The Ray Serve deployment of an NLL engine, and the typed handle that calls it.
 
 :class:`NLLDeployment` hosts one dialogue model: an :class:`~dialscore_server.nll.serving.NLLServing`
-whose chunks meet the engine through ``@serve.batch``, merging requests from many callers into one
+whose chunks meet the engine through the replica's lane queue
+(:func:`~dialscore_server.scheduling.serving.merged`), merging requests from many callers into one
 engine call sized by the positions the engine computes. It builds its engine with the class's
 ``from_options`` (``serving.engine``, default
 :class:`~dialscore_server.nll.engine.engine.NLLEngine`), so a test can serve a fake engine that
@@ -29,7 +30,8 @@ from dialscore_server.nll.completions.serving import CompletionCall, Completed
 from dialscore_server.nll.engine.encoding import NLLItem
 from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.serving import NLLServing, Scored
-from dialscore_server.scheduling.serving import serve_batch
+from dialscore_server.contract.priority import Lane
+from dialscore_server.scheduling.serving import merged
 
 #: Upper bound of `max_batch_tokens` (an engine call's budget, in computed positions).
 MAX_BATCH_TOKENS = 16384
@@ -48,13 +50,16 @@ class NLLDeployment(ModelDeployment):
         self.serving = NLLServing(
             self.engine, max_batch_tokens=max_batch_tokens, chunk_tokens=self.options.chunk_tokens,
             model=self.config.name,
-            runner=serve_batch(max_batch_tokens, self.options.batch_wait_timeout_s))
+            runner=merged(max_batch_tokens, self.options.batch_wait_timeout_s),
+            lanes=self.options.lane_policy(min(self.options.chunk_tokens, max_batch_tokens)))
 
-    async def score(self, items: Sequence[NLLItem], return_tokens: bool = False) -> Reply[Scored]:
-        return await self.serving.score(items, return_tokens)
+    async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
+                    lane: Lane = "interactive") -> Reply[Scored]:
+        return await self.serving.score(items, return_tokens, lane)
 
-    async def complete(self, call: CompletionCall) -> Reply[Completed]:
-        return await self.serving.complete(call)
+    async def complete(self, call: CompletionCall, lane: Lane = "interactive"
+                       ) -> Reply[Completed]:
+        return await self.serving.complete(call, lane)
 
 
 class NLLHandle:
@@ -64,12 +69,14 @@ class NLLHandle:
     def __init__(self, handle: Any, deadlines: Deadlines, model: str):
         self._handle, self._deadlines, self._model = handle, deadlines, model
 
-    async def score(self, items: Sequence[NLLItem], return_tokens: bool = False) -> Reply[Scored]:
-        return await self._deadlines.call(self._handle.score.remote(list(items), return_tokens),
-                                          self._model)
+    async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
+                    lane: Lane = "interactive") -> Reply[Scored]:
+        return await self._deadlines.call(
+            self._handle.score.remote(list(items), return_tokens, lane), self._model)
 
-    async def complete(self, call: CompletionCall) -> Reply[Completed]:
-        return await self._deadlines.call(self._handle.complete.remote(call), self._model)
+    async def complete(self, call: CompletionCall, lane: Lane = "interactive"
+                       ) -> Reply[Completed]:
+        return await self._deadlines.call(self._handle.complete.remote(call, lane), self._model)
 
     async def card(self) -> ModelCard:
         return await self._deadlines.call(self._handle.card.remote(), self._model)

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
+from dialscore_server.contract.priority import PriorityField
 from dialscore_server.nll.engine.encoding import NLLItem
 from dialscore_server.contract.limits import (
     Limits, check_texts, item_token_bound, too_costly, too_many,
@@ -63,6 +64,7 @@ class NLLItemIn(APIModel):
 
 class NLLRequest(APIModel):
     model: str = Field(description="A model name from GET /v1/models.")
+    priority: int | None = PriorityField
     items: Annotated[list[NLLItemIn], Field(min_length=1), limited("max_items")] = Field(
         description="What to score; results come back in the same order.")
     return_tokens: bool = Field(False, description="Also return per-token NLLs and the target tokens.")

@@ -9,6 +9,7 @@ No `from __future__ import annotations` here: FastAPI reads these annotations at
 from fastapi import APIRouter, Response
 
 from dialscore_server.contract.errors import error_responses
+from dialscore_server.contract.priority import PriorityHeader, requested_lane
 from dialscore_server.contract.strict_json import strict_json_route
 from dialscore_server.contract.timing_headers import set_reply_timing
 from dialscore_server.nll.protocol import NLLRequest, NLLResponse, NLLResultOut, Usage
@@ -27,10 +28,13 @@ def build_router(gw: NLLBackend) -> APIRouter:
                  "Results keep the order of `items`.",
                  responses=error_responses("invalid_request", "unknown_model", "payload_too_large",
                                            "overloaded", "timeout", "model_error"))
-    async def nll(body: NLLRequest, response: Response) -> NLLResponse:
+    async def nll(body: NLLRequest, response: Response, priority: PriorityHeader = None
+                  ) -> NLLResponse:
+        lane = requested_lane(priority, body.priority)
         body.check_limits(gw.limits)
         model = gw.resolve(body.model, "nll", "model")
-        reply = await gw.nll(model).score([it.to_item() for it in body.items], body.return_tokens)
+        reply = await gw.nll(model).score([it.to_item() for it in body.items], body.return_tokens,
+                                          lane)
         scored = reply.unwrap()
         card = await gw.card(model)
         set_reply_timing(response, reply, tokenized=True)

@@ -21,12 +21,14 @@ from dialscore_server import metrics
 from dialscore_server.contract.backend import Backend
 from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
+from dialscore_server.contract.priority import Lane
 from dialscore_server.contract.reply import Reply
 from dialscore_server.nll.completions.serving import CompletionCall, Completed, build_choice
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine.engine import NLLResult
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk
+from dialscore_server.scheduling.lanes import LanePolicy
 from dialscore_server.scheduling.planner import BatchStats
 from dialscore_server.scheduling.serving import ChunkedServing, RunnerFactory, one_at_a_time
 
@@ -66,14 +68,17 @@ class NLLService(Protocol):
     """A dialogue model as the routers and the rerank serving call it: in-process
     (:class:`NLLServing`) or over Ray Serve (:class:`~dialscore_server.nll.deployment.NLLHandle`)."""
 
-    async def score(self, items: Sequence[NLLItem], return_tokens: bool = False) -> Reply[Scored]:
+    async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
+                    lane: Lane = "interactive") -> Reply[Scored]:
         """Per-token NLLs of `items` (see :mod:`dialscore_server.nll.engine.engine`), in order;
-        token strings too with `return_tokens`. Bad items are the reply's InputError, naming
-        ``items[i]...``."""
+        token strings too with `return_tokens`; asking for the priority `lane` (the reply says the
+        lane used). Bad items are the reply's InputError, naming ``items[i]...``."""
         ...
 
-    async def complete(self, call: CompletionCall) -> Reply[Completed]:
-        """POST /v1/completions' prompts (:mod:`dialscore_server.nll.completions.serving`)."""
+    async def complete(self, call: CompletionCall, lane: Lane = "interactive"
+                       ) -> Reply[Completed]:
+        """POST /v1/completions' prompts (:mod:`dialscore_server.nll.completions.serving`), asking
+        for the priority `lane`."""
         ...
 
     async def card(self) -> ModelCard:
@@ -166,18 +171,20 @@ class NLLServing:
     `max_batch_tokens`, the most one engine call merges). Engine time follows computed
     positions, so chunks of equal positions take about equal time whatever the items share.
     `model` labels the metrics (default: the card's name); `runner` is how chunks meet the
-    engine (:mod:`dialscore_server.scheduling.serving`)."""
+    engine (:mod:`dialscore_server.scheduling.serving`); `lanes` the priority-lane policy
+    (default: lanes on, a request of more than one chunk's tokens served in the bulk lane)."""
 
     def __init__(self, engine: NLLScorer, *, max_batch_tokens: int,
                  chunk_tokens: int = CHUNK_TOKENS, model: str = "",
-                 runner: RunnerFactory = one_at_a_time):
+                 runner: RunnerFactory = one_at_a_time, lanes: LanePolicy | None = None):
         self.engine = engine
         self.max_batch_tokens = max_batch_tokens
         self.chunk_tokens = max(1, min(chunk_tokens, max_batch_tokens))
         self._card = engine.card()
         self.model = model or self._card.name
         self.chunks: ChunkedServing[Work, list[NLLResult]] = ChunkedServing(
-            self.run, model=self.model, unit="tokens", runner=runner)
+            self.run, model=self.model, unit="tokens", runner=runner,
+            lanes=lanes or LanePolicy(interactive_max_cost=self.chunk_tokens))
 
     async def card(self) -> ModelCard:
         return self._card
@@ -222,20 +229,22 @@ class NLLServing:
         metrics.TOKENS.labels(self.model, "source").inc(sum(r.source_tokens for r in results))
         metrics.TOKENS.labels(self.model, "target").inc(sum(r.num_tokens for r in results))
 
-    async def score(self, items: Sequence[NLLItem], return_tokens: bool = False) -> Reply[Scored]:
+    async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
+                    lane: Lane = "interactive") -> Reply[Scored]:
         """See :meth:`NLLService.score`. Cancelling the caller drops what is left."""
-        reply = await self.chunks.serve(lambda: self.admit(items))
+        reply = await self.chunks.serve(lambda: self.admit(items), lane)
         if reply.error is not None:
-            return Reply(error=reply.error)
+            return Reply(error=reply.error, lane=reply.lane)
         results = [r for part in reply.unwrap() for r in part]
         self._count(results)
         value = Scored(results)
         if return_tokens:
             value.tokens = [self.engine.token_strings(r.token_ids) for r in results]
         return Reply(value=value, compute_s=reply.compute_s, queue_s=reply.queue_s,
-                     tokenize_s=reply.tokenize_s)
+                     tokenize_s=reply.tokenize_s, lane=reply.lane)
 
-    async def complete(self, call: CompletionCall) -> Reply[Completed]:
+    async def complete(self, call: CompletionCall, lane: Lane = "interactive"
+                       ) -> Reply[Completed]:
         """See :meth:`NLLService.complete`: every prompt becomes an item scored on the same path
         as /v1/nll items (the same batches, token budget and prefix reuse). A one-token prompt
         with nothing generated has no position to score and skips the engine."""
@@ -245,9 +254,9 @@ class NLLServing:
             encoded.extend(call.encode(self.engine))
             return self._works([e for e in encoded if e.target_ids])
 
-        reply = await self.chunks.serve(admit)
+        reply = await self.chunks.serve(admit, lane)
         if reply.error is not None:
-            return Reply(error=reply.error)
+            return Reply(error=reply.error, lane=reply.lane)
         scored = [r for part in reply.unwrap() for r in part]
         self._count(scored)
         results = iter(scored)
@@ -255,4 +264,4 @@ class NLLServing:
                                 decoder=self.engine)
                    for prompt, e in zip(call.prompts, encoded)]
         return Reply(value=Completed(choices), compute_s=reply.compute_s, queue_s=reply.queue_s,
-                     tokenize_s=reply.tokenize_s)
+                     tokenize_s=reply.tokenize_s, lane=reply.lane)

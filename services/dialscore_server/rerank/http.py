@@ -8,6 +8,7 @@ from typing import Protocol
 from fastapi import Response
 
 from dialscore_server.contract.errors import error_responses
+from dialscore_server.contract.priority import Lane
 from dialscore_server.contract.timing_headers import set_reply_timing
 from dialscore_server.contradiction.engine.pairing import Turn
 from dialscore_server.rerank.engine.reranker import RerankOptions, RerankOutput, require_candidate_turn
@@ -32,16 +33,16 @@ class QueryRequest(Protocol):
     def options(self) -> RerankOptions: ...
 
 
-async def run_query_rerank(gw: RerankBackend, body: QueryRequest, response: Response
-                           ) -> RerankOutput:
+async def run_query_rerank(gw: RerankBackend, body: QueryRequest, response: Response,
+                           lane: Lane = "interactive") -> RerankOutput:
     """Rerank for a query-shaped request: resolve `body.model`, then refuse a query with no
     earlier turn of the candidates' speaker (422 naming ``query``), then rerank and write the
-    timing headers and ``x-model-revision`` (the classifier's revision) on `response`."""
+    timing headers, the lane and ``x-model-revision`` (the classifier's revision) on `response`."""
     classifier = gw.resolve(body.model, "classifier", "model")
     context = body.to_context()
     require_candidate_turn(context, "query")
     reply = await gw.reranker().rerank(RerankCall(context, body.candidates, body.options(),
-                                                  classifier))
+                                                  classifier, lane=lane))
     out = reply.unwrap()
     set_reply_timing(response, reply, tokenized=False)
     # The ecosystem shapes have no field for it: the classifier's revision travels as a header.

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
+from dialscore_server.contract.priority import PriorityField
 from dialscore_server.contradiction.engine.pairing import DEFAULT_THRESHOLD, Turn
 from dialscore_server.contradiction.protocol import (
     EvidenceOut, Probability, SpeakerIn, TurnIn, capped_evidence, structured_pairs,
@@ -50,6 +51,7 @@ class RerankWeightsIn(APIModel):
 class RerankRequest(APIModel):
     model: str | None = Field(
         None, description="The contradiction classifier (default: the deployment's detector).")
+    priority: int | None = PriorityField
     context: Annotated[list[TurnIn], limited("max_turns")] = Field(
         description="The dialogue so far, oldest first (may be empty). Turn ids default to "
         "positions; evidence names them.")

@@ -5,6 +5,7 @@ No `from __future__ import annotations` here: FastAPI reads these annotations at
 
 from fastapi import APIRouter, Response
 
+from dialscore_server.contract.priority import PriorityHeader, requested_lane
 from dialscore_server.contract.strict_json import strict_json_route
 from dialscore_server.contract.timing_headers import set_reply_timing
 from dialscore_server.rerank.http import ERRORS
@@ -25,14 +26,17 @@ def build_router(gw: RerankBackend) -> APIRouter:
                  "context turn of the candidates' speaker; unstructured: an empty context), the "
                  "request is a 422 naming `speaker`, or, with `nll_model` named, ordered by the NLL "
                  "term alone.")
-    async def rerank(body: RerankRequest, response: Response) -> RerankResponse:
+    async def rerank(body: RerankRequest, response: Response, priority: PriorityHeader = None
+                     ) -> RerankResponse:
+        lane = requested_lane(priority, body.priority)
         body.check_limits(gw.limits)
         detector = gw.resolve(body.model, "classifier", "model")
         if body.nll_model is not None:
             gw.resolve(body.nll_model, "nll", "nll_model")
         body.require_something_to_contradict()
         reply = await gw.reranker().rerank(RerankCall(body.to_context(), body.candidates,
-                                                      body.options(), detector, body.nll_model))
+                                                      body.options(), detector, body.nll_model,
+                                                      lane))
         out = reply.unwrap()
         set_reply_timing(response, reply, tokenized=body.nll_model is not None)
         card = await gw.card(detector)

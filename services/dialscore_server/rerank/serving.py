@@ -15,6 +15,7 @@ from typing import Protocol
 
 from dialscore_server.contract.backend import Backend
 from dialscore_server.contract.errors import ServiceError
+from dialscore_server.contract.priority import Lane, served_lane
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult, Turn
 from dialscore_server.contradiction.serving import ClassifierService
@@ -26,13 +27,15 @@ from dialscore_server.rerank.engine.reranker import RerankOptions, RerankOutput,
 @dataclass(frozen=True)
 class RerankCall:
     """One rerank: `candidates` after `context`, with `options`, on the classifier `model` and,
-    when named, the dialogue model `nll_model` (both already resolved)."""
+    when named, the dialogue model `nll_model` (both already resolved), asking each for the
+    priority `lane`."""
 
     context: list[Turn]
     candidates: list[str]
     options: RerankOptions
     model: str
     nll_model: str | None = None
+    lane: Lane = "interactive"
 
 
 class RerankService(Protocol):
@@ -42,7 +45,8 @@ class RerankService(Protocol):
     async def rerank(self, call: RerankCall) -> Reply[RerankOutput]:
         """The candidates of `call`, best first (see
         :mod:`dialscore_server.rerank.engine.reranker`); bad input is the reply's InputError. The
-        reply's times add up the classifier's and the NLL model's."""
+        reply's times add up the classifier's and the NLL model's; its lane is ``bulk`` when
+        either served it in bulk."""
         ...
 
 
@@ -70,16 +74,17 @@ class RerankServing:
             times.compute_s += reply.compute_s
             times.queue_s += reply.queue_s
             times.tokenize_s += reply.tokenize_s
+            times.lane = served_lane(times.lane, reply.lane)
 
         async def detect(job: DetectionJob) -> list[DetectionResult]:
-            reply = await classifier.detect(job)
+            reply = await classifier.detect(job, call.lane)
             add_times(reply)
             return reply.unwrap()
 
         async def nll(context_texts: list[str], candidates: list[str]) -> list[float]:
             assert call.nll_model is not None
             items = [NLLItem(target=c, context=tuple(context_texts)) for c in candidates]
-            reply = await self.nll[call.nll_model].score(items)
+            reply = await self.nll[call.nll_model].score(items, lane=call.lane)
             add_times(reply)
             if reply.error is not None:
                 # The NLL serving names `items[k].target`; for the caller that is `candidates[k]`.
@@ -96,6 +101,6 @@ class RerankServing:
         except ServiceError as exc:
             # Bad input (InputError), or a classifier/NLL call that failed (timeout, overloaded,
             # model_error): carried back as it is.
-            return Reply(error=exc)
+            return Reply(error=exc, lane=times.lane)
         return Reply(value=out, compute_s=times.compute_s, queue_s=times.queue_s,
-                     tokenize_s=times.tokenize_s)
+                     tokenize_s=times.tokenize_s, lane=times.lane)

@@ -6,9 +6,10 @@ One request's path, called one way, top to bottom:
    ``admit``: validate, tokenize, cut into :class:`~.chunks.Chunk` objects), waiting for requests
    admitted at the same moment (:mod:`.arrivals`);
 2. :func:`~.chunks.take_turns` hands the chunks to the replica's runner one after the other, each
-   as soon as the previous one's engine call begins (the runner: one chunk per call in-process,
-   Ray Serve's ``@serve.batch`` in a replica, :mod:`.serving`), so each engine call merges about
-   one chunk of every waiting request;
+   as soon as the previous one's engine call begins (the runner: a :class:`~.lanes.LaneQueue`,
+   one chunk per call in-process, merged calls in a replica, :mod:`.serving`), so each engine
+   call merges about one chunk of every waiting request of its priority lane, interactive
+   requests' chunks before bulk ones (:mod:`.lanes`);
 3. the runner's engine call runs on the replica's one :class:`~.engine_thread.EngineThread`,
    accounted by the :class:`~.ledger.WorkLedger` (work done, dropped, wasted; engine time and the
    share nobody waited for), under a :class:`~.cancellation.CallGuard` that leaves cancelled

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from dialscore_server.contract.errors import ServiceError
+from dialscore_server.contract.priority import Lane
 
 if TYPE_CHECKING:
     from dialscore_server.scheduling.ledger import How, WorkLedger
@@ -35,8 +36,10 @@ class Chunk:
 
     What the scheduling layer records on it: `started`: its engine call began; `cancelled`:
     nobody waits for it any more, since `cancelled_at` (``time.perf_counter``); `on_start`:
-    called once, from the engine's thread, when its engine call begins."""
+    called once, from the engine's thread, when its engine call begins; `lane`: its request's
+    lane (:mod:`~dialscore_server.scheduling.lanes`), set at admission."""
 
+    lane: Lane = "interactive"
     started: bool = False
     cancelled: bool = False
     cancelled_at: float = 0.0

@@ -1,61 +1,61 @@
 """One chunked serving for every endpoint: admit, cut into chunks, take turns, run on the engine
 thread. An endpoint supplies how it admits a request and how it runs a batch of chunks; the
 runner, how chunks meet the engine, is fixed once, at construction: :func:`one_at_a_time`
-in-process (each chunk its own engine call, in turn), :func:`serve_batch` in a Serve replica (Ray
-Serve's ``@serve.batch`` merges the chunks waiting in the replica's queue up to a budget counted
-in :attr:`Chunk.size <dialscore_server.scheduling.chunks.Chunk.size>`)."""
+in-process (each chunk its own engine call, in turn), :func:`merged` in a Serve replica (each
+engine call merges the chunks waiting in the replica's queue up to a budget counted in
+:attr:`Chunk.size <dialscore_server.scheduling.chunks.Chunk.size>`). Both are a
+:class:`~dialscore_server.scheduling.lanes.LaneQueue`: interactive chunks before bulk ones."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from dialscore_server import metrics
 from dialscore_server.contract.errors import InputError, ServiceError
+from dialscore_server.contract.priority import Lane
 from dialscore_server.contract.reply import Reply
 from dialscore_server.scheduling.arrivals import Arrivals
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk, Outcome, Runner, take_turns
 from dialscore_server.scheduling.engine_thread import EngineThread
+from dialscore_server.scheduling.lanes import EngineCall, LanePolicy, LaneQueue
 from dialscore_server.scheduling.ledger import WorkLedger
 
 C = TypeVar("C", bound=Chunk)
 V = TypeVar("V")
 
 
-#: One engine call for a batch of chunks: one outcome per chunk, in order.
-EngineCall = Callable[[Sequence[C]], Awaitable[list[Outcome[V]]]]
-#: Builds a serving's runner from its engine call.
-RunnerFactory = Callable[[EngineCall[Any, Any]], Runner[Any, Any]]
+class RunnerFactory(Protocol):
+    """Builds a serving's runner from its engine call, the serving's lane `policy`, and the
+    `model` and `unit` that label the lane metrics."""
+
+    def __call__(self, call: EngineCall[Any, Any], *, policy: LanePolicy, model: str,
+                 unit: str) -> Runner[Any, Any]: ...
 
 
-def one_at_a_time(call: EngineCall[C, V]) -> Runner[C, V]:
-    """Each chunk is its own engine call. Calls run one at a time, in the order they are asked
-    for (the serving's one engine thread takes them in turn, as a replica runs one batch at a
-    time), so a request's next chunk, sent when the current one begins, waits its turn."""
-
-    async def run(chunk: C) -> Outcome[V]:
-        return (await call([chunk]))[0]
-
-    return run
+def one_at_a_time(call: EngineCall[C, V], *, policy: LanePolicy = LanePolicy(), model: str = "",
+                  unit: str = "") -> Runner[C, V]:
+    """Each chunk is its own engine call. Calls run one at a time, interactive chunks first
+    (:class:`~dialscore_server.scheduling.lanes.LaneQueue` with one chunk per call), so a
+    request's next chunk, sent when the current one begins, waits its turn."""
+    return LaneQueue(call, policy=policy, model=model, unit=unit)
 
 
-def serve_batch(max_batch_size: int, batch_wait_timeout_s: float) -> RunnerFactory:
-    """Ray Serve's ``@serve.batch`` over the engine call: a batch starts `batch_wait_timeout_s`
-    after its first chunk arrives and merges the chunks waiting then, up to `max_batch_size`
-    counted in chunk sizes (a chunk larger than that alone is a batch of its own). Used inside a
-    Serve replica (the deployment's ``max_ongoing_requests`` must exceed the chunks one batch
-    merges)."""
+def merged(max_batch_size: int, batch_wait_timeout_s: float) -> RunnerFactory:
+    """Engine calls that merge the chunks waiting in the replica's queue, as Ray Serve's
+    ``@serve.batch`` did before lanes: a call starts `batch_wait_timeout_s` after its oldest chunk
+    arrived (or once the waiting chunks fill it) and merges up to `max_batch_size` counted in
+    chunk sizes (a chunk larger than that alone is a call of its own), interactive chunks first
+    (:class:`~dialscore_server.scheduling.lanes.LaneQueue`). Used inside a Serve replica (the
+    deployment's ``max_ongoing_requests`` must exceed the chunks one call merges)."""
 
-    def make(call: EngineCall[C, V]) -> Runner[C, V]:
-        from ray import serve
-
-        async def engine_call(chunks: list[C]) -> list[Outcome[V]]:
-            return await call(chunks)
-
-        return serve.batch(max_batch_size=max_batch_size,
-                           batch_wait_timeout_s=batch_wait_timeout_s,
-                           batch_size_fn=lambda chunks: sum(c.size for c in chunks))(engine_call)
+    def make(call: EngineCall[C, V], *, policy: LanePolicy, model: str, unit: str
+             ) -> Runner[C, V]:
+        return LaneQueue(call, max_batch_size=max_batch_size,
+                         batch_wait_timeout_s=batch_wait_timeout_s, policy=policy, model=model,
+                         unit=unit)
 
     return make
 
@@ -87,19 +87,22 @@ class ChunkedServing(Generic[C, V]):
         model: the model's name (metric labels).
         unit: the unit of chunk costs in the work ledger ("tokens", "pairs").
         runner: builds the runner from the engine call: :func:`one_at_a_time` (in-process, the
-            default) or :func:`~dialscore_server.scheduling.serving.serve_batch` (a replica).
+            default) or :func:`merged` (a replica).
+        lanes: the lane policy: what may enter the interactive lane, and how the runner shares
+            engine calls between the lanes (:class:`~dialscore_server.scheduling.lanes.LanePolicy`).
 
     Metrics are recorded here, where they are measured: each engine call's batch figures
     (``dialscore_batch_*``, padding, reused tokens) and the work ledger's."""
 
     def __init__(self, run: Run[C, V], *, model: str, unit: str,
-                 runner: RunnerFactory = one_at_a_time):
+                 runner: RunnerFactory = one_at_a_time, lanes: LanePolicy = LanePolicy()):
         self._run = run
         self.model = model
+        self.lanes = lanes
         self.ledger = WorkLedger(model, unit)
         self.arrivals = Arrivals()
         self._engine_thread: EngineThread[C, list[Outcome[V]]] = EngineThread(self.call)
-        self._runner = runner(self._engine_thread.call)
+        self._runner = runner(self._engine_thread.call, policy=lanes, model=model, unit=unit)
 
     def call(self, chunks: Sequence[C]) -> list[Outcome[V]]:
         """One accounted engine call for `chunks`, on the calling thread (the runner calls it on
@@ -116,18 +119,26 @@ class ChunkedServing(Generic[C, V]):
             metrics.REUSED_TOKENS.labels(self.model).inc(report.reused_tokens)
         return [Outcome(v, seconds) for v in values]
 
-    async def serve(self, admit: Callable[[], list[C]]) -> Reply[list[V]]:
-        """The whole path of one request: ``admit()`` off the event loop (its InputError is the
-        reply's error), then its chunks in turn; the values of its chunks in order. Cancelling
-        the caller drops what is left. ``tokenize_s`` is admission's time; ``queue_s`` includes
-        the wait for requests admitted alongside (:mod:`~dialscore_server.scheduling.arrivals`)."""
+    async def serve(self, admit: Callable[[], list[C]], lane: Lane = "interactive"
+                    ) -> Reply[list[V]]:
+        """The whole path of one request that asked for `lane`: ``admit()`` off the event loop
+        (its InputError is the reply's error), then its chunks in turn, in the lane
+        :meth:`LanePolicy.lane_of <dialscore_server.scheduling.lanes.LanePolicy.lane_of>` gives
+        it for its cost; the values of its chunks in order, and that lane. Cancelling the caller
+        drops what is left. ``tokenize_s`` is admission's time; ``queue_s`` includes the wait for
+        requests admitted alongside (:mod:`~dialscore_server.scheduling.arrivals`)."""
+        begun = time.perf_counter()
         try:
             chunks, admit_s, waited = await self.arrivals.admit(admit)
         except InputError as exc:
             return Reply(error=exc)
+        served = self.lanes.lane_of(lane, sum(c.cost for c in chunks))
+        for chunk in chunks:
+            chunk.lane = served
         try:
             turns = await take_turns(chunks, self._runner, self.ledger)
         except ServiceError as exc:
-            return Reply(error=exc)
+            return Reply(error=exc, lane=served)
+        metrics.LANE_LATENCY.labels(self.model, served).observe(time.perf_counter() - begun)
         return Reply(value=turns.values, compute_s=turns.compute_s, queue_s=turns.queue_s + waited,
-                     tokenize_s=admit_s)
+                     tokenize_s=admit_s, lane=served)

@@ -26,6 +26,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
+from dialscore_server.contract.priority import PriorityField
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.limits import Limits, item_token_bound, too_costly, too_many
 from dialscore_server.contract.schema import APIModel, Text, limited
@@ -46,6 +47,7 @@ class CompletionRequest(APIModel):
     model_config = ConfigDict(extra="ignore", strict=True, protected_namespaces=())
 
     model: str = Field(description="A decoder-only model from GET /v1/models (family `causal`).")
+    priority: int | None = PriorityField
     prompt: Text | Annotated[list[Text], Field(min_length=1), limited("max_items")] | Annotated[
         TokenIds, Field(min_length=1)
     ] | Annotated[list[TokenIds], Field(min_length=1), limited("max_items")] = Field(

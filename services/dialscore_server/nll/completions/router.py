@@ -7,6 +7,7 @@ No `from __future__ import annotations` here: FastAPI reads these annotations at
 from fastapi import APIRouter, Response
 
 from dialscore_server.contract.errors import InputError, error_responses
+from dialscore_server.contract.priority import PriorityHeader, requested_lane
 from dialscore_server.contract.strict_json import strict_json_route
 from dialscore_server.contract.timing_headers import set_reply_timing
 from dialscore_server.nll.completions.protocol import (
@@ -29,7 +30,9 @@ def build_router(gw: NLLBackend) -> APIRouter:
                  "Unknown fields are ignored, as vLLM ignores them.",
                  responses=error_responses("invalid_request", "unknown_model", "payload_too_large",
                                            "overloaded", "timeout", "model_error"))
-    async def completions(body: CompletionRequest, response: Response) -> CompletionResponse:
+    async def completions(body: CompletionRequest, response: Response,
+                          priority: PriorityHeader = None) -> CompletionResponse:
+        lane = requested_lane(priority, body.priority)
         body.check()
         body.check_limits(gw.limits)
         model = gw.resolve(body.model, "nll", "model")
@@ -37,7 +40,7 @@ def build_router(gw: NLLBackend) -> APIRouter:
         if card.family != "causal":
             raise InputError(f"model {model!r} is {card.family} (encoder-decoder); "
                              "completions need a decoder-only (causal) model", "model")
-        reply = await gw.nll(model).complete(body.to_call())
+        reply = await gw.nll(model).complete(body.to_call(), lane)
         done = reply.unwrap()
         set_reply_timing(response, reply, tokenized=True)
         return CompletionResponse.build(model, done.choices)

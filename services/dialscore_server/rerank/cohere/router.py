@@ -5,6 +5,7 @@ No `from __future__ import annotations` here: FastAPI reads these annotations at
 
 from fastapi import APIRouter, Response
 
+from dialscore_server.contract.priority import PriorityHeader, requested_lane
 from dialscore_server.contract.strict_json import strict_json_route
 from dialscore_server.rerank.http import ERRORS, run_query_rerank
 from dialscore_server.rerank.serving import RerankBackend
@@ -21,9 +22,11 @@ def build_router(gw: RerankBackend) -> APIRouter:
                  description="`query` holds one turn per line (at least two); each document is a "
                  "candidate next turn. relevance_score = 1 - contradiction probability, results "
                  "highest first. Unknown fields are ignored, as Cohere's newer SDKs send some.")
-    async def cohere_rerank(body: CohereRerankRequest, response: Response) -> CohereRerankResponse:
+    async def cohere_rerank(body: CohereRerankRequest, response: Response,
+                            priority: PriorityHeader = None) -> CohereRerankResponse:
+        lane = requested_lane(priority)
         body.check_limits(gw.limits)
-        out = await run_query_rerank(gw, body, response)
+        out = await run_query_rerank(gw, body, response, lane)
         return body.response(out)
 
     return router

@@ -6,6 +6,7 @@ No `from __future__ import annotations` here: FastAPI reads these annotations at
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
+from dialscore_server.contract.priority import PriorityHeader, requested_lane
 from dialscore_server.contract.strict_json import strict_json_route
 from dialscore_server.rerank.http import ERRORS, run_query_rerank
 from dialscore_server.rerank.serving import RerankBackend
@@ -23,9 +24,11 @@ def build_router(gw: RerankBackend) -> APIRouter:
                  "`documents`) is a candidate next turn. Returns [{index, score}] best first; "
                  "score = 1 - contradiction probability. raw_scores and truncation_direction "
                  "\"Right\" are refused (422); unknown fields are ignored, as TEI does.")
-    async def tei_rerank(body: TEIRerankRequest, response: Response) -> JSONResponse:
+    async def tei_rerank(body: TEIRerankRequest, response: Response,
+                         priority: PriorityHeader = None) -> JSONResponse:
+        lane = requested_lane(priority)
         body.check_limits(gw.limits)
-        out = await run_query_rerank(gw, body, response)
+        out = await run_query_rerank(gw, body, response, lane)
         # A returned Response is sent as it is: carry the timing headers over.
         timing = {k: v for k, v in response.headers.items() if k.startswith("x-")}
         return JSONResponse(list(tei_results(body, out)), headers=timing)

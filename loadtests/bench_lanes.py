@@ -1,0 +1,165 @@
+"""Priority lanes: interactive /v1/rerank latency alone, and beside a bulk probe run, with the
+lanes off and on (one run, one app).
+
+    python -m loadtests.bench_lanes --rate 3 --seconds 20
+
+One app serves the stand-in NLI classifier and the stand-in DialoGPT three times: as
+``dialogpt-lanes-off`` (``priority_lanes: false``: one first-come-first-served queue), as
+``dialogpt-lanes-on`` (the default lanes) and as ``dialogpt-lanes-small-bulk`` (lanes, and bulk
+engine calls of at most --bulk-max-batch positions), each one replica with 2 threads. Phases,
+each --seconds long; the interactive stream is /v1/rerank requests (6-turn context, 8 candidates, with
+``nll_model``: its NLL term shares the dialogue model's replica with the probe run) sent
+open-loop at --rate per second, no priority header (interactive):
+
+1. *alone*: the stream alone, ``nll_model`` each deployment in turn;
+2. *beside probe, lanes off*: the same stream while a probe run scores the shipped CEDAR sample's
+   attribution items on the lanes-off deployment as the client's probe runs do
+   (``AsyncDialscoreClient.nll_many``, 64 items per request, ``max_concurrency`` --concurrency,
+   default 8 = the client's default, ``X-Dialscore-Priority: bulk``), over and over until the
+   stream ends;
+3. *beside probe, lanes on* / *small bulk*: the same against the other two deployments.
+
+Reported: the stream's p50/p99 latency and the probe run's items per second, per phase, and the
+ratios of p99 to the *alone* p99 of the same deployment. Loopback only; every loop is bounded
+in count and time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from typing import Any
+
+import httpx
+
+from dialscore.client import AsyncDialscoreClient
+from loadtests.common import (
+    NLL_MODEL, RERANK_CANDIDATES, RERANK_CONTEXT, WORK, Column,
+    attribution_workload, item_json, open_loop, parser, percentile, serve_app, table,
+)
+
+APP = "lanes"
+CLASSIFIER = "roberta-large-mnli"
+OFF, ON, SMALL = "dialogpt-lanes-off", "dialogpt-lanes-on", "dialogpt-lanes-small-bulk"
+
+
+def nll_entry(name: str, lanes: bool, bulk_max_batch: int | None = None) -> dict[str, Any]:
+    return {"name": NLL_MODEL, "serve_as": name, "serving": {
+        "num_cpus": 0.6, "num_threads": 2, "max_ongoing_requests": 128,
+        "max_queued_requests": 512, "priority_lanes": lanes, "bulk_max_batch": bulk_max_batch}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__doc__)
+    ap.add_argument("--rate", type=float, default=3)
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--concurrency", type=int, default=8,
+                    help="the probe run's requests in flight (default 8: the client's default)")
+    ap.add_argument("--bulk-max-batch", type=int, default=2048,
+                    help="bulk_max_batch of the third deployment (default 2048: one chunk)")
+    args = ap.parse_args(argv)
+    app_args = {
+        "stand_ins": str(WORK / "stand-ins"), "request_timeout_s": 300,
+        "models": [nll_entry(OFF, False), nll_entry(ON, True),
+                   nll_entry(SMALL, True, args.bulk_max_batch)],
+        "classifiers": [{"name": CLASSIFIER, "serving": {
+            "num_cpus": 0.3, "num_threads": 1, "max_ongoing_requests": 128,
+            "max_queued_requests": 512}}],
+    }
+    with serve_app(app_args, name=APP) as url:
+        measure(url, args)
+    return 0
+
+
+def rerank_body(model: str) -> dict[str, Any]:
+    return {"context": RERANK_CONTEXT, "candidates": RERANK_CANDIDATES, "nll_model": model}
+
+
+async def stream(client: httpx.AsyncClient, model: str, rate: float, seconds: float
+                 ) -> list[float]:
+    """Interactive reranks open-loop at `rate` for `seconds`; their latencies."""
+    latencies: list[float] = []
+    body = rerank_body(model)
+
+    async def one() -> None:
+        start = time.perf_counter()
+        r = await client.post("/v1/rerank", json=body)
+        r.raise_for_status()
+        assert r.headers["x-dialscore-lane"] == "interactive", r.headers
+        latencies.append(time.perf_counter() - start)
+
+    await open_loop(rate, seconds, one)
+    return latencies
+
+
+async def probe_run(url: str, model: str, items: list[dict[str, Any]], concurrency: int,
+                    stop: asyncio.Event) -> int:
+    """The probe's requests (nll_many, 64 items each, bulk) over and over until `stop` (at most
+    50 passes); the items scored."""
+    scored = 0
+    async with AsyncDialscoreClient(url, priority="bulk", max_concurrency=concurrency,
+                                    timeout=300) as client:
+        for _ in range(50):
+            if stop.is_set():
+                break
+            scored += len(await client.nll_many(model, items, chunk_size=64,
+                                                return_tokens=True))
+    return scored
+
+
+async def phase(url: str, model: str, probe: bool, args: argparse.Namespace,
+                items: list[dict[str, Any]]) -> tuple[list[float], float]:
+    """(the stream's latencies, the probe run's items per second)."""
+    async with httpx.AsyncClient(base_url=url, timeout=300,
+                                 limits=httpx.Limits(max_connections=100)) as client:
+        stop = asyncio.Event()
+        start = time.perf_counter()
+        bulk = (asyncio.ensure_future(probe_run(url, model, items, args.concurrency, stop))
+                if probe else None)
+        if bulk is not None:
+            await asyncio.sleep(2.0)  # the probe run's requests reach the replica first
+        latencies = await stream(client, model, args.rate, args.seconds)
+        stop.set()
+        scored = await bulk if bulk is not None else 0
+        return latencies, scored / (time.perf_counter() - start)
+
+
+def measure(url: str, args: argparse.Namespace) -> None:
+    items = [item_json(i) for i in attribution_workload(10_000, "Why?").items]  # the whole sample
+
+    async def warm() -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=300) as client:
+            for model in (OFF, ON, SMALL):
+                for _ in range(3):
+                    (await client.post("/v1/rerank", json=rerank_body(model))).raise_for_status()
+                (await client.post("/v1/nll", json={"model": model, "items": items[:64]})
+                 ).raise_for_status()
+
+    asyncio.run(warm())
+    print(f"interactive: /v1/rerank 6-turn context x 8 candidates with nll_model, {args.rate:g}/s "
+          f"for {args.seconds:g} s; bulk: a probe run of {len(items)} attribution items "
+          f"(nll_many, 64 per request, concurrency {args.concurrency}, X-Dialscore-Priority: bulk)")
+    rows = []
+    alone: dict[str, float | None] = {}
+    for name, model, probe in [("alone, lanes off", OFF, False), ("alone, lanes on", ON, False),
+                               ("alone, small bulk calls", SMALL, False),
+                               ("beside probe, lanes off", OFF, True),
+                               ("beside probe, lanes on", ON, True),
+                               ("beside probe, small bulk", SMALL, True)]:
+        lat, rate = asyncio.run(phase(url, model, probe, args, items))
+        p50, p99 = percentile(lat, 50), percentile(lat, 99)
+        if not probe:
+            alone[model] = p99
+        base = alone.get(model)
+        rows.append([name, len(lat), p50, p99, p99 / base if p99 and base else None,
+                     rate if probe else None])
+    columns = [Column("phase", 25, left=True), Column("n", 4, "d"), Column("p50 s", 7, ".3f"),
+               Column("p99 s", 7, ".3f"), Column("p99/alone", 9, ".2f"),
+               Column("probe items/s", 13, ".1f")]
+    print(table(columns, rows))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
