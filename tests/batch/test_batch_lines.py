@@ -1,18 +1,14 @@
-"""The batch job's parts that need no model: line checks, scoring order, merging of concurrent
-chunks, and reading an output file back for a resume."""
+"""The batch job's parts that need no model: line checks, scoring order, and reading an output
+file back for a resume."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from dataclasses import dataclass
 
 from batch_kit import nll_line
 from dialscore_server.batch.grouping import in_scoring_order
 from dialscore_server.batch.lines import Rejected, Request, output_line, parse_line
-from dialscore_server.batch.merging import merge_waiting
 from dialscore_server.batch.output import OutputFile
-from dialscore_server.scheduling.chunks import Outcome
 
 
 def test_line_checks_name_the_field_and_keep_ids_unique():
@@ -44,27 +40,6 @@ def test_requests_sharing_a_model_and_context_become_neighbours():
     requests = [parse_line(json.dumps(x), i, set()) for i, x in enumerate(lines, start=1)]
     order = [r.custom_id for r in in_scoring_order(requests)]
     assert order == ["1", "3", "6", "2", "5", "4"]
-
-
-@dataclass
-class _Chunk:
-    size: int
-
-
-def test_chunks_waiting_together_share_one_engine_call_within_the_budget():
-    calls: list[list[int]] = []
-
-    async def engine(chunks):
-        calls.append([c.size for c in chunks])
-        return [Outcome(c.size * 10, 0.0) for c in chunks]
-
-    async def main():
-        run = merge_waiting(budget=10)(engine)
-        return await asyncio.gather(*(run(_Chunk(s)) for s in (4, 4, 4, 20, 1)))
-
-    outcomes = asyncio.run(main())
-    assert [o.value for o in outcomes] == [40, 40, 40, 200, 10]
-    assert calls == [[4, 4], [4], [20], [1]]  # arrival order, at most 10 unless one chunk alone
 
 
 def test_resume_reads_whole_lines_and_cuts_a_torn_tail(tmp_path):

@@ -4,7 +4,6 @@ Data with the service's own engines and routes (see docs/batch.md).
 * :mod:`.lines`: an input line's checks and the output line's shape;
 * :mod:`.grouping`: the order requests are scored in (by model, then shared context);
 * :mod:`.scorer`: one worker's models and routes, turning requests into output lines;
-* :mod:`.merging`: how a worker's concurrent requests share engine calls;
 * :mod:`.output`: the output file, appended as blocks finish, and what a resume reads from it;
 * :mod:`.executors`: in-process, or Ray Data ``map_batches`` over an actor pool;
 * :mod:`.job`: the whole job and its summary.

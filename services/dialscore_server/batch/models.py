@@ -4,21 +4,20 @@
 resolved registry entries and serving options of a Serve config's models and classifiers, and its
 request limits. :func:`build_directory` builds each model's engine and serving exactly as the
 model deployments do (same engine class, same chunking options, same caps), merging concurrent
-requests' chunks with :func:`~dialscore_server.batch.merging.merge_waiting` instead of
-``@serve.batch``.
+requests' chunks with the deployments' own runner (:func:`~dialscore_server.scheduling.serving.merged`,
+plain asyncio: no Serve replica needed).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dialscore_server.batch.merging import merge_waiting
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.engine import engine_class
 from dialscore_server.contract.limits import Limits
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.directory import ModelDirectory
-
+from dialscore_server.scheduling.serving import merged
 
 
 @dataclass
@@ -50,13 +49,13 @@ def build_directory(models: JobModels) -> ModelDirectory:
         engine = engine_class(opts.engine, NLLEngine).from_options(cfg, opts)
         nll[cfg.name] = NLLServing(engine, max_batch_tokens=budget, chunk_tokens=opts.chunk_tokens,
                                    model=cfg.name,
-                                   runner=merge_waiting(budget, opts.batch_wait_timeout_s))
+                                   runner=merged(budget, opts.batch_wait_timeout_s))
     classifiers = {}
     for cfg, opts in models.classifiers:
         budget = min(opts.max_batch_tokens, MAX_BATCH_PAIRS)
         engine = engine_class(opts.engine, ContradictionDetector).from_options(cfg, opts)
         classifiers[cfg.name] = ContradictionServing(
             engine, max_batch_pairs=budget, chunk_pairs=opts.chunk_pairs, model=cfg.name,
-            runner=merge_waiting(budget, opts.batch_wait_timeout_s))
+            runner=merged(budget, opts.batch_wait_timeout_s))
     reranker = RerankServing(classifiers, nll) if classifiers else None
     return ModelDirectory(nll, classifiers, reranker, limits=models.limits)

@@ -74,7 +74,7 @@ class BatchScorer:
 
     def score(self, requests: Sequence[Request]) -> list[dict[str, Any]]:
         """One output line per request, in order. The requests are sent concurrently, so their
-        chunks share engine calls (:mod:`dialscore_server.batch.merging`)."""
+        chunks share engine calls (the deployments' runner: batch/models.py)."""
 
         async def run() -> list[dict[str, Any]]:
             return list(await asyncio.gather(*(self._one(r) for r in requests)))
