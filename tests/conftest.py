@@ -8,9 +8,29 @@ from pathlib import Path
 
 import pytest
 
+import image_build
+
 # Without this, a missing checkpoint makes from_pretrained retry against the hub for minutes.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The container image's test (tests/deploy/test_image.py) runs last, and its image starts
+    building now, in the background (tests/image_build.py): the build overlaps the rest of the
+    run. After every other hook, so that tests deselected (``-m 'not slow'``, ``-k``) start
+    nothing."""
+    last = [item for item in items if item.path.name == "test_image.py"]
+    if last:
+        items[:] = [item for item in items if item.path.name != "test_image.py"] + last
+        image_build.start()
+
+
+def pytest_sessionfinish() -> None:
+    """A background image build still running when the run ends (stopped early) ends with it."""
+    if image_build.started is not None:
+        image_build.started.stop()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,10 +1,8 @@
 """The container image (Dockerfile), built, started, probed and stopped with Podman.
 
-The base is the Dockerfile's default (rayproject/ray) when that image is already on this machine;
-otherwise (no public registry is reachable here or in CI) the stand-in base that
-deployments/image/standin-base.sh builds from Debian's packages. pip inside the build gets the
-CPU torch from where this machine's pip gets it (its find-links, extra indexes and CA bundle,
-mounted read-only for the build). The container runs `dialscore serve` on the embedded default
+The image is built by tests/image_build.py (on the Dockerfile's default base when it is on this
+machine, else on the stand-in base from Debian's packages), in the background from the end of
+collection, and this test runs last. The container runs `dialscore serve` on the embedded default
 (deployments/local.yaml) with the stand-in checkpoints mounted read-only, on a published loopback
 port. The test waits for /readyz (polling; the limit is only a hang guard), scores a probe with
 the client, then sends SIGTERM while a request is in flight and checks that it drains: the
@@ -26,7 +24,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,104 +33,33 @@ import httpx
 import pytest
 import yaml
 
+import image_build
 from dialscore.client import DialscoreClient
 from dialscore.probes import SAMPLE_DATA
 from dialscore.probes.data import load_dialogues
 from dialscore.probes.run import run_probes
+from image_build import HANG_S, podman
 from raw_socket import read_response, rest_until_closed
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
-CONTAINERS_CONF = ROOT / "deployments" / "image" / "containers.conf"
-STANDIN_BASE = ROOT / "deployments" / "image" / "standin-base.sh"
-IMAGE = "localhost/dialscore-test:latest"
 PORT = 8000  # inside the container
 
-#: Hang guards, in seconds: a build (a cold one downloads the dependencies), the service's start
-#: (Ray, five replicas loading stand-ins), and any single step that must happen.
-BUILD_LIMIT_S = 1500
+#: Hang guard, in seconds, for the service's start (Ray, five replicas loading stand-ins).
 READY_LIMIT_S = 600
-HANG_S = 120
-
-#: Tools the test needs, and the Debian package that brings each.
-TOOLS = {"podman": "podman", "runc": "runc", "mmdebstrap": "mmdebstrap", "nsenter": "util-linux",
-         "ss": "iproute2"}
-
-
-def default_base() -> str:
-    match = re.search(r"^ARG BASE_IMAGE=(\S+)$", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
-    assert match, "the Dockerfile names its default base in `ARG BASE_IMAGE=`"
-    return match.group(1)
-
-
-def podman(*args: str, timeout: float = HANG_S, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
-    result = subprocess.run(["podman", *args], capture_output=True, text=True, env=env,
-                            timeout=timeout)
-    if check and result.returncode != 0:
-        raise AssertionError(f"podman {' '.join(args)}: exit {result.returncode}\n"
-                             f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
-    return result
-
-
-def pip_settings() -> tuple[list[str], list[str]]:
-    """Build arguments and read-only volumes that give pip in the build what this machine's pip
-    uses (its find-links, extra indexes and CA bundle): the CPU torch where this machine has it.
-    Settings that name nothing local are passed without a volume."""
-    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
-                            text=True, timeout=HANG_S).stdout
-    found: dict[str, str] = {}
-    for line in listed.splitlines():
-        key, _, value = line.partition("=")
-        name = key.rpartition(".")[2]
-        if name in ("find-links", "extra-index-url", "cert"):
-            found[name] = value.strip().strip("'\"")
-    if os.environ.get("PIP_CERT"):
-        found["cert"] = os.environ["PIP_CERT"]
-    args, volumes = [], set()
-    for name, value in found.items():
-        words = value.split()
-        for word in words:
-            path = urlparse(word).path if word.startswith("file:") else word
-            if path.startswith("/") and Path(path).exists():
-                volumes.add(str(Path(path).parent) if word.startswith("file:") else path)
-        args += ["--build-arg", f"PIP_{name.upper().replace('-', '_')}={' '.join(words)}"]
-    mounts = []
-    for path in sorted(volumes):
-        mounts += ["--volume", f"{path}:{path}:ro"]
-    return args, mounts
 
 
 @pytest.fixture(scope="module")
-def base_image() -> str:
-    """The base to build on: the default when it is here already, else the stand-in."""
-    missing = [f"{tool} (Debian package {package})" for tool, package in TOOLS.items()
-               if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"the image test needs {', '.join(missing)}: `make test` installs them as root")
-    if os.geteuid() != 0:
-        pytest.skip("the image test runs rootful Podman (mmdebstrap, published ports): run as root")
-    default = default_base()
-    if podman("image", "exists", default, check=False).returncode == 0:
-        return default
-    built = subprocess.run([str(STANDIN_BASE), "podman"], capture_output=True, text=True,
-                           env={**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)},
-                           timeout=BUILD_LIMIT_S)
-    assert built.returncode == 0, built.stderr[-4000:]
-    name = built.stdout.split()[-1]
-    ran = podman("run", "--rm", name, "python", "-c", "print('ok')", check=False)
-    if ran.returncode != 0:
-        pytest.skip(f"podman cannot run a container here: {ran.stderr.strip()[-500:]}")
-    return name
-
-
-@pytest.fixture(scope="module")
-def image(base_image) -> str:
-    args, mounts = pip_settings()
-    podman("build", "--format", "docker", "--tag", IMAGE, "--build-arg", f"BASE_IMAGE={base_image}",
-           *args, *mounts, str(ROOT), timeout=BUILD_LIMIT_S)
-    return IMAGE
+def image() -> str:
+    """The image, built on the default base when it is here already, else on the stand-in; its
+    build started in the background after collection (tests/image_build.py)."""
+    why = image_build.unavailable()
+    if why:
+        pytest.skip(why)
+    outcome = image_build.outcome()
+    if "skip" in outcome:
+        pytest.skip(outcome["skip"])
+    return outcome["image"]
 
 
 @pytest.fixture(scope="module")
