@@ -18,7 +18,8 @@ Behaviour:
   each carries ``request``, ``response``, ``param`` and ``attempts``.
 * **Retries** (:class:`RetryPolicy`): statuses 408, 424, 429, 502, 503, 504, a 500 that does not
   carry the service's error body (Serve's proxy answering for a gateway replica that died with the
-  request in flight), a 404 without it (a new Serve proxy that has not loaded the routes yet)
+  request in flight), a plain-text 404 without it (a new Serve proxy that has not loaded the
+  routes yet)
   and dropped or failed connections, resets included (httpx's
   ``NetworkError``, ``RemoteProtocolError`` and ``TimeoutException``) are retried with exponential backoff and full jitter (a delay drawn uniformly from
   ``[0, min(backoff_max, backoff_base * 2**(attempt-1))]``); a ``Retry-After`` header (seconds or
@@ -166,10 +167,12 @@ class RetryPolicy:
     #: because every endpoint is a pure function of its input. The service's own 500
     #: (``internal``: a bug, the same on every try) is never retried.
     retry_proxy_500: bool = True
-    #: Retry a 404 that lacks the service's ``x-error-type`` header: a Serve proxy that has just
-    #: started (after the previous one died) answers a plain 404 until it has loaded the
-    #: application's routes. The service's own 404s (``not_found``, ``unknown_model``) are never
-    #: retried; a URL that is not a dialscore service costs ``max_attempts`` tries.
+    #: Retry a plain-text 404 that lacks the service's ``x-error-type`` header: a Serve proxy that
+    #: has just started (after the previous one died) answers ``Path '...' not found`` as text
+    #: until it has loaded the application's routes. The service's own 404s (``not_found``,
+    #: ``unknown_model``) and a JSON 404 from any other web app (a route it does not have, such
+    #: as an ``/openapi.json`` switched off) are final; a URL answered by a plain-text 404
+    #: costs ``max_attempts`` tries.
     retry_proxy_404: bool = True
     #: Wait for the service to be reachable (gRPC's "wait for ready"): a refused connection
     #: (``httpx.ConnectError``: no connection was made, nothing was sent) is tried again without
@@ -199,7 +202,8 @@ class RetryPolicy:
         if "x-error-type" in response.headers:
             return False
         return ((self.retry_proxy_500 and response.status_code == 500)
-                or (self.retry_proxy_404 and response.status_code == 404))
+                or (self.retry_proxy_404 and response.status_code == 404
+                    and "json" not in response.headers.get("content-type", "")))
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Full-jitter delay after failed attempt number ``attempt`` (1-based)."""

@@ -225,6 +225,12 @@ def test_a_new_proxys_plain_404_is_retried_and_the_services_own_404_is_not():
     with pytest.raises(errors.NotFoundError):
         client.models()
     assert slept == []
+    # Another web app's JSON 404 (a route it does not have) is final too.
+    client, slept = client_for(lambda request: httpx.Response(404, json={"detail": "Not Found"}),
+                               RetryPolicy())
+    with pytest.raises(errors.NotFoundError):
+        client.models()
+    assert slept == []
     client, slept = client_for(lambda request: routes_missing, RetryPolicy(retry_proxy_404=False))
     with pytest.raises(errors.NotFoundError):
         client.models()
