@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from dialscore.model_card import ModelCard
 from dialscore_server.contract.backend import Pool
-from dialscore_server.contract.errors import ServiceError
+from dialscore_server.contract.errors import InputError, ServiceError
 from dialscore_server.contract.host_check import AllowedHosts
 from dialscore_server.contract.limits import Limits
 from dialscore_server.contradiction.serving import ClassifierService
@@ -50,10 +50,17 @@ class ModelDirectory:
 
     def resolve(self, model: str | None, pool: Pool, param: str) -> str:
         """The served model for a request's `model` field: `pool` "nll" (causal/seq2seq) or
-        "classifier"; None picks the default classifier. Unknown -> 404 naming `param`."""
+        "classifier"; None picks the default classifier, or the dialogue model where exactly one
+        is served (none or several: 422 naming `param`). Unknown -> 404 naming `param`."""
         names = self._nll if pool == "nll" else self._classifiers
         if model is None and pool == "classifier" and names:
             return next(iter(names))
+        if model is None and pool == "nll":
+            if len(names) == 1:
+                return next(iter(names))
+            raise InputError(f"{param} is required: this deployment serves "
+                             f"{len(names)} dialogue models ({', '.join(sorted(names)) or 'none'})",
+                             param)
         if model not in names:
             kind = "dialogue (NLL) model" if pool == "nll" else "classifier"
             raise ServiceError("unknown_model", f"unknown {kind} {model!r}; served: "

@@ -24,8 +24,9 @@ class Backend(Protocol):
     limits: Limits
 
     def resolve(self, model: str | None, pool: Pool, param: str) -> str:
-        """The served model a request's `model` field names; None picks the default classifier.
-        Raises ``unknown_model`` (404) naming `param`."""
+        """The served model a request's `model` field names; None picks the default classifier,
+        or the dialogue model where exactly one is served (else ``invalid_request``, 422, naming
+        `param`). Raises ``unknown_model`` (404) naming `param`."""
         ...
 
     async def card(self, model: str) -> ModelCard:

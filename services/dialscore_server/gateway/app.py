@@ -1,6 +1,7 @@
 """The gateway's FastAPI app: the routes of every endpoint on one ingress (no Ray here).
 
 Routes (version 1): GET /v1/models, POST /v1/nll, POST /v1/completions (OpenAI/vLLM shape),
+GET /tokenizer_info, POST /tokenize, POST /detokenize (vLLM shapes),
 POST /v1/contradiction, POST /v1/rerank, POST /rerank (TEI shape), POST /v2/rerank (Cohere v2
 shape), GET /healthz, GET /readyz, GET /metrics; OpenAPI docs at /docs. Each endpoint's routes live
 in its own `router.py` and reach the models through the backend they are given. Every error leaves
@@ -32,6 +33,7 @@ from dialscore_server.gateway.model_listing import ModelList, model_list
 from dialscore_server.gateway.observe import ObserveRequests
 from dialscore_server.gateway.openapi import install_openapi
 from dialscore_server.nll.completions.router import build_router as completions_router
+from dialscore_server.nll.tokenizer.router import build_router as tokenizer_router
 from dialscore_server.nll.router import build_router as nll_router
 from dialscore_server.nll.serving import NLLBackend
 from dialscore_server.rerank.cohere.router import build_router as cohere_rerank_router
@@ -111,6 +113,7 @@ def create_app(gw: Ingress) -> FastAPI:
 
     app.include_router(nll_router(gw))
     app.include_router(completions_router(gw))
+    app.include_router(tokenizer_router(gw))
     if gw.has_classifiers:
         app.include_router(contradiction_router(gw))
         app.include_router(rerank_router(gw))

@@ -3,7 +3,8 @@
 
 OpenAI-style clients (the OpenAI SDK's ``client.models.list()``, vLLM and LiteLLM tooling) read
 ``data``; the dialscore client reads ``models``. Each ``data`` entry also carries vLLM's ``root``
-(the checkpoint source) and dialscore's ``family`` so one listing serves both audiences.
+(the checkpoint source) and ``max_model_len`` (the window in tokens) and dialscore's
+``family`` so one listing serves both audiences.
 ``created`` is when this gateway replica started (Unix seconds): the models have no other
 creation time the service knows.
 """
@@ -27,6 +28,8 @@ class OpenAIModel(BaseModel):
     owned_by: str = OWNER
     root: str | None = Field(None, description="The checkpoint (hub id or path), as vLLM reports.")
     family: str = Field(description="causal, seq2seq or classifier.")
+    max_model_len: int | None = Field(None, description="The model's window in tokens, as vLLM "
+                                      "reports (the card's max_length).")
 
 
 class ModelList(BaseModel):
@@ -41,6 +44,7 @@ def model_list(cards: list[ModelCard], created: int) -> dict:
     return {
         "object": "list",
         "data": [{"id": c.name, "object": "model", "created": created, "owned_by": OWNER,
-                  "root": c.source, "family": c.family} for c in cards],
+                  "root": c.source, "family": c.family,
+                  "max_model_len": c.max_length} for c in cards],
         "models": [c.model_dump(mode="json") for c in cards],
     }

@@ -30,6 +30,7 @@ from dialscore_server.nll.completions.serving import CompletionCall, Completed
 from dialscore_server.nll.engine.encoding import NLLItem
 from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.serving import NLLServing, Scored
+from dialscore_server.nll.tokenizer.serving import TokenizerCall
 from dialscore_server.contract.priority import Lane
 from dialscore_server.scheduling.serving import merged
 
@@ -39,7 +40,7 @@ MAX_BATCH_TOKENS = 16384
 
 @serve.deployment(name="nll", max_ongoing_requests=64, ray_actor_options={"num_cpus": 0.5})
 class NLLDeployment(ModelDeployment):
-    """Hosts one dialogue model: `score`, `complete`, `card`, `check_health`."""
+    """Hosts one dialogue model: `score`, `complete`, `tokenizer`, `card`, `check_health`."""
 
     default_engine = NLLEngine
 
@@ -61,6 +62,9 @@ class NLLDeployment(ModelDeployment):
                        ) -> Reply[Completed]:
         return await self.serving.complete(call, lane)
 
+    async def tokenizer(self, call: TokenizerCall) -> Reply[object]:
+        return await self.serving.tokenizer(call)
+
 
 class NLLHandle:
     """:class:`~dialscore_server.nll.serving.NLLService` over a Serve handle of an
@@ -80,3 +84,6 @@ class NLLHandle:
 
     async def card(self) -> ModelCard:
         return await self._deadlines.call(self._handle.card.remote(), self._model)
+
+    async def tokenizer(self, call: TokenizerCall) -> Reply[object]:
+        return await self._deadlines.call(self._handle.tokenizer.remote(call), self._model)

@@ -26,6 +26,7 @@ from dialscore_server.contract.reply import Reply
 from dialscore_server.nll.completions.serving import CompletionCall, Completed, build_choice
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine.engine import NLLResult
+from dialscore_server.nll.tokenizer.serving import TokenizerCall, run_tokenizer_call
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk
 from dialscore_server.scheduling.lanes import LanePolicy
@@ -83,6 +84,11 @@ class NLLService(Protocol):
 
     async def card(self) -> ModelCard:
         """The model's card."""
+        ...
+
+    async def tokenizer(self, call: TokenizerCall) -> Reply[object]:
+        """GET /tokenizer_info, POST /tokenize or /detokenize on the model's own tokenizer
+        (:mod:`dialscore_server.nll.tokenizer.serving`): a TokenizerInfo, token ids or a text."""
         ...
 
 
@@ -191,6 +197,11 @@ class NLLServing:
 
     def check_health(self) -> None:
         self.engine.check_health()
+
+    async def tokenizer(self, call: TokenizerCall) -> Reply[object]:
+        """See :meth:`NLLService.tokenizer`: run at once on the replica's event loop (no engine
+        call, no queue); a bad id is the reply's InputError naming ``tokens``."""
+        return run_tokenizer_call(self.engine, call)  # type: ignore[arg-type]
 
     def admit(self, items: Sequence[NLLItem]) -> list[Work]:
         """Tokenize and validate every item (an InputError names ``items[i]...``) and cut the

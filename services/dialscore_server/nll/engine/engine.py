@@ -86,10 +86,12 @@ from dialscore_server.scheduling.planner import (
 )
 from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_threads
 from dialscore_server.checkpoints.registry import ModelConfig
+from dialscore_server.contract.errors import InputError
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLEncoder, NLLItem
 from dialscore_server.nll.engine.forward import ForwardPasses
 from dialscore_server.nll.engine.prompts import encode_prompt
+from dialscore_server.nll.tokenizer.serving import TokenizerInfo
 from dialscore_server.nll.engine.layout import Pieces
 from dialscore_server.nll.engine.projection import (
     Alternatives, ScoredPosition, VocabularyProjection, default_projection_chunk,
@@ -346,6 +348,33 @@ class NLLEngine:
     def decode(self, ids: Sequence[int]) -> str:
         """The text of token ids, decoded together."""
         return self.tokenizer.decode(list(ids))
+
+    # ----------------------------------------------------------------------------- tokenizer routes
+    @property
+    def vocab_size(self) -> int:
+        """Ids 0..vocab_size-1 are the model's vocabulary (its input embedding's rows)."""
+        return self.model.get_input_embeddings().weight.shape[0]
+
+    def tokenize(self, text: str) -> list[int]:
+        """`text`'s ids exactly as a completions text prompt is tokenized (plain text)."""
+        return self.encoder.tokenize(text)
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """The text of `ids` decoded together; an InputError (param None: the caller names the
+        field) for an id outside the vocabulary."""
+        vocab = self.vocab_size
+        bad = next((t for t in ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise InputError(f"token id {bad} is outside the model's vocabulary (0..{vocab - 1})")
+        return self.decode(ids)
+
+    def tokenizer_info(self) -> TokenizerInfo:
+        """The tokenizer's special tokens, class and vocabulary size, and the model's window."""
+        t = self.tokenizer
+        return TokenizerInfo(tokenizer_class=type(t).__name__, eos_token=t.eos_token,
+                             bos_token=t.bos_token, pad_token=t.pad_token, unk_token=t.unk_token,
+                             eos_token_id=t.eos_token_id,
+                             vocab_size=self.vocab_size, max_model_len=self.config.max_length)
 
     def token_strings(self, ids: Sequence[int]) -> list[str]:
         """Each token id decoded on its own (a token holding part of a multi-byte character
