@@ -372,7 +372,8 @@ class ContractFake(RequestLog):
             cards = list(self.cards.values())
             return {"object": "list",
                     "data": [{"id": c.name, "object": "model", "created": STARTED,
-                              "owned_by": "dialscore", "root": c.source, "family": c.family}
+                              "owned_by": "dialscore", "root": c.source, "family": c.family,
+                              "max_model_len": c.max_length}
                              for c in cards],
                     "models": [c.model_dump(mode="json") for c in cards]}
         if (method, path) == ("POST", "/v1/nll"):
