@@ -45,6 +45,7 @@ from dialscore_server.directory import ModelDirectory
 from dialscore_server.nll.completions.serving import CompletionCall, Completed
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine.engine import NLLResult
+from dialscore_server.nll.tokenizer.serving import TokenizerCall
 from dialscore_server.nll.serving import NLLServing, Scored
 from dialscore_server.rerank.serving import RerankServing
 from dialscore_server.scheduling.cancellation import CallGuard
@@ -165,6 +166,9 @@ class WatchedNLL:
 
     async def complete(self, call: CompletionCall, lane: str = "interactive") -> Reply[Completed]:
         return await self.serving.complete(call, lane)  # type: ignore[arg-type]
+
+    async def tokenizer(self, call: TokenizerCall) -> Reply[object]:
+        return await self.serving.tokenizer(call)
 
     async def card(self) -> ModelCard:
         return await self.serving.card()
