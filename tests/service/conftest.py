@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from serve_apps import HEADER_TIMEOUT_S, ONE_THREAD, Served, app_args, deploy_app, wait_ready
+from serve_apps import HEADER_TIMEOUT_S, LINGER_S, ONE_THREAD, Served, app_args, deploy_app, wait_ready
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +44,10 @@ def served(stand_ins, sharp_stand_ins):
         {"name": "roberta-large-mnli", "overrides": {"source": str(sharp["nli-contradiction-first"])},
          "serving": ONE_THREAD},
     ])
-    with serve_locally(args, num_cpus=4, limits=FrontDoorLimits(header_timeout_s=HEADER_TIMEOUT_S)) as url:
+    # Lingering after an answer lasts until the client closes (LINGER_S only guards a hang): a
+    # test sending a body the service refuses reads its answer however slowly it sends the rest.
+    limits = FrontDoorLimits(header_timeout_s=HEADER_TIMEOUT_S, linger_s=LINGER_S)
+    with serve_locally(args, num_cpus=4, limits=limits) as url:
         wait_ready(url)
         yield Served(url, args)
 

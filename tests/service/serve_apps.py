@@ -17,6 +17,9 @@ from waiting import wait_until  # noqa: F401 - where the service tests find it
 
 #: The header deadline of the session's front door (conftest.py's `served`), in seconds.
 HEADER_TIMEOUT_S = 3.0
+#: How long the session's front door lingers after an answer before it closes: a hang guard
+#: (it closes as soon as the client does), not a window any test has to make.
+LINGER_S = 120.0
 
 #: One torch thread and a fifth of a CPU per replica: many replicas share 2 cores.
 ONE_THREAD = {"num_cpus": 0.2, "num_threads": 1}

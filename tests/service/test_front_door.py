@@ -52,8 +52,9 @@ def setup() -> Iterator[Setup]:
         thread.run(upstream.start())
         clock = ManualClock()
         door = FrontDoor(("127.0.0.1", upstream.port),
-                         FrontDoorLimits(header_timeout_s=DEADLINE_S, max_connections=CAP),
-                         clock=clock, linger_s=HANG_S)
+                         FrontDoorLimits(header_timeout_s=DEADLINE_S, max_connections=CAP,
+                                         linger_s=HANG_S),
+                         clock=clock)
         thread.run(door.start("127.0.0.1", 0))
         try:
             yield Setup(door, clock, upstream, thread)
@@ -268,8 +269,9 @@ def down() -> Iterator[tuple[FrontDoor, ManualClock, LoopThread, socket.socket, 
         holder, port = reserved_port()
         clock = ManualClock()
         door = FrontDoor(("127.0.0.1", port),
-                         FrontDoorLimits(header_timeout_s=DEADLINE_S, upstream_wait_s=2.0),
-                         clock=clock, linger_s=HANG_S)
+                         FrontDoorLimits(header_timeout_s=DEADLINE_S, upstream_wait_s=2.0,
+                                         linger_s=HANG_S),
+                         clock=clock)
         thread.run(door.start("127.0.0.1", 0))
         try:
             yield door, clock, thread, holder, port

@@ -40,7 +40,7 @@ does Serve stop behind it (gateway/embedded.py).
 Each refusal is counted in ``dialscore_slow_clients_total{kind="headers"|"idle"|"connections"}``
 (metrics.py). Answers are built by the one error mapping (contract/http_errors.py). After
 an answer the front door stops sending (a FIN), reads and discards what the client still sends
-for at most `linger_s`, then closes, so that the client reads the answer rather than a reset.
+for at most `linger_s` (:class:`FrontDoorLimits`), then closes, so that the client reads the answer rather than a reset.
 
 Requests are followed with gateway/http_framing.py (heads, Content-Length, chunked bodies,
 pipelining); so are responses, to know which requests are answered. Bytes are relayed unchanged
@@ -87,11 +87,17 @@ class FrontDoorLimits:
 
     header_timeout_s: float = 10.0
     max_connections: int = 1024
+    #: How long a connection lingers after an answer the front door ended it with (a FIN sent,
+    #: what the client still sends read and discarded) before it is closed: a client still
+    #: sending a body the service refused then reads the answer rather than a reset.
+    linger_s: float = 2.0
     #: How long a client connection waits, in all, for Serve's proxy to accept the front door's
     #: connection (see the module docstring); 0: close it at the first refusal.
     upstream_wait_s: float = 60.0
 
     def __post_init__(self) -> None:
+        if not (self.linger_s >= 0 and math.isfinite(self.linger_s)):
+            raise ValueError(f"linger_s must be a finite number >= 0, got {self.linger_s!r}")
         if not (self.upstream_wait_s >= 0 and math.isfinite(self.upstream_wait_s)):
             raise ValueError(f"upstream_wait_s must be a finite number >= 0, "
                              f"got {self.upstream_wait_s!r}")
@@ -149,11 +155,9 @@ class FrontDoor:
     refusal's kind before the client learns of it (default: :func:`count_refusal`)."""
 
     def __init__(self, upstream: tuple[str, int], limits: FrontDoorLimits = FrontDoorLimits(), *,
-                 clock: Clock | None = None, on_refusal: Callable[[Refusal], None] = count_refusal,
-                 linger_s: float = 2.0):
+                 clock: Clock | None = None, on_refusal: Callable[[Refusal], None] = count_refusal):
         self.upstream = upstream
         self.limits = limits
-        self.linger_s = linger_s
         self.on_refusal = on_refusal
         self._clock = clock
         self._server: asyncio.Server | None = None
@@ -514,7 +518,7 @@ class _Connection(asyncio.Protocol):
         self.client.write_eof()
         self._client_pauses.clear()
         self.client.resume_reading()
-        self._linger = asyncio.get_running_loop().call_later(self.door.linger_s, self.client.close)
+        self._linger = asyncio.get_running_loop().call_later(self.door.limits.linger_s, self.client.close)
 
     def abort(self) -> None:
         """Close both sides at once, without an answer."""
