@@ -3,9 +3,8 @@
 :class:`JobModels` is what the job's workers receive (plain data, pickled to each actor): the
 resolved registry entries and serving options of a Serve config's models and classifiers, and its
 request limits. :func:`build_directory` builds each model's engine and serving exactly as the
-model deployments do (same engine class, same chunking options, same caps), merging concurrent
-requests' chunks with the deployments' own runner (:func:`~dialscore_server.scheduling.serving.merged`,
-plain asyncio: no Serve replica needed).
+model deployments do (the engine class's and the serving's ``from_options``: same chunking,
+caps, runner and lane policy; the runner is plain asyncio, no Serve replica needed).
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from dialscore_server.contract.engine import engine_class
 from dialscore_server.contract.limits import Limits
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.directory import ModelDirectory
-from dialscore_server.scheduling.serving import merged
 
 
 @dataclass
@@ -35,27 +33,18 @@ class JobModels:
 
 def build_directory(models: JobModels) -> ModelDirectory:
     """Every model of `models` loaded in this process, behind the routers' backend."""
-    from dialscore_server.contradiction.deployment import MAX_BATCH_PAIRS
     from dialscore_server.contradiction.engine.engine import ContradictionDetector
     from dialscore_server.contradiction.serving import ContradictionServing
-    from dialscore_server.nll.deployment import MAX_BATCH_TOKENS
     from dialscore_server.nll.engine.engine import NLLEngine
     from dialscore_server.nll.serving import NLLServing
     from dialscore_server.rerank.serving import RerankServing
 
-    nll = {}
-    for cfg, opts in models.nll:
-        budget = min(opts.max_batch_tokens, MAX_BATCH_TOKENS)
-        engine = engine_class(opts.engine, NLLEngine).from_options(cfg, opts)
-        nll[cfg.name] = NLLServing(engine, max_batch_tokens=budget, chunk_tokens=opts.chunk_tokens,
-                                   model=cfg.name,
-                                   runner=merged(budget, opts.batch_wait_timeout_s))
-    classifiers = {}
-    for cfg, opts in models.classifiers:
-        budget = min(opts.max_batch_tokens, MAX_BATCH_PAIRS)
-        engine = engine_class(opts.engine, ContradictionDetector).from_options(cfg, opts)
-        classifiers[cfg.name] = ContradictionServing(
-            engine, max_batch_pairs=budget, chunk_pairs=opts.chunk_pairs, model=cfg.name,
-            runner=merged(budget, opts.batch_wait_timeout_s))
+    nll = {cfg.name: NLLServing.from_options(
+               engine_class(opts.engine, NLLEngine).from_options(cfg, opts), opts, cfg.name)
+           for cfg, opts in models.nll}
+    classifiers = {cfg.name: ContradictionServing.from_options(
+                       engine_class(opts.engine, ContradictionDetector).from_options(cfg, opts),
+                       opts, cfg.name)
+                   for cfg, opts in models.classifiers}
     reranker = RerankServing(classifiers, nll) if classifiers else None
     return ModelDirectory(nll, classifiers, reranker, limits=models.limits)

@@ -27,10 +27,6 @@ from dialscore_server.contradiction.engine.engine import ContradictionDetector
 from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult
 from dialscore_server.contradiction.serving import ContradictionServing
 from dialscore_server.contract.priority import Lane
-from dialscore_server.scheduling.serving import merged
-
-#: Upper bound of a batch, counted in NLI pairs.
-MAX_BATCH_PAIRS = 4096
 
 
 @serve.deployment(name="contradiction", max_ongoing_requests=64, ray_actor_options={"num_cpus": 0.5})
@@ -42,12 +38,8 @@ class ContradictionDeployment(ModelDeployment):
     def __init__(self, config: ModelConfig | dict[str, Any],
                  options: ServingOptions | dict[str, Any] | None = None):
         super().__init__(config, options)
-        max_batch_pairs = min(self.options.max_batch_tokens, MAX_BATCH_PAIRS)
-        self.serving = ContradictionServing(
-            self.engine, max_batch_pairs=max_batch_pairs, chunk_pairs=self.options.chunk_pairs,
-            model=self.config.name,
-            runner=merged(max_batch_pairs, self.options.batch_wait_timeout_s),
-            lanes=self.options.lane_policy(min(self.options.chunk_pairs, max_batch_pairs)))
+        self.serving = ContradictionServing.from_options(self.engine, self.options,
+                                                         self.config.name)
 
     async def detect(self, job: DetectionJob, lane: Lane = "interactive"
                      ) -> Reply[list[DetectionResult]]:

@@ -17,13 +17,14 @@ from dialscore.model_card import ModelCard
 from dialscore_server import metrics
 from dialscore_server.contract.backend import Backend
 from dialscore_server.contract.engine import Engine
+from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contract.priority import Lane
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult, plan_pairs
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk
 from dialscore_server.scheduling.lanes import LanePolicy
-from dialscore_server.scheduling.serving import ChunkedServing, RunnerFactory, one_at_a_time
+from dialscore_server.scheduling.serving import ChunkedServing, RunnerFactory, merged, one_at_a_time
 
 #: Default chunk size in NLI pairs (ServingOptions.chunk_pairs).
 CHUNK_PAIRS = 64
@@ -97,6 +98,10 @@ def _work(job: DetectionJob, start: int, stop: int, pairs: int) -> Work:
     return Work(job=part, pairs=max(1, pairs))
 
 
+#: Upper bound of a batch, counted in NLI pairs.
+MAX_BATCH_PAIRS = 4096
+
+
 class ContradictionServing:
     """Detects contradictions on one engine, in chunks of `chunk_pairs` (capped at
     `max_batch_pairs`, the most one engine call merges). `model` labels the metrics (default:
@@ -115,6 +120,18 @@ class ContradictionServing:
         self.chunks: ChunkedServing[Work, list[DetectionResult]] = ChunkedServing(
             self.run, model=self.model, unit="pairs", runner=runner,
             lanes=lanes or LanePolicy(interactive_max_cost=self.chunk_pairs))
+
+    @classmethod
+    def from_options(cls, engine: Detector, options: ServingOptions, model: str
+                     ) -> ContradictionServing:
+        """The serving a classifier's replica runs (and a batch worker, the same): an engine
+        call's budget of `options.max_batch_tokens` NLI pairs (at most :data:`MAX_BATCH_PAIRS`),
+        chunks merged by :func:`~dialscore_server.scheduling.serving.merged` under the options'
+        lane policy."""
+        budget = min(options.max_batch_tokens, MAX_BATCH_PAIRS)
+        return cls(engine, max_batch_pairs=budget, chunk_pairs=options.chunk_pairs, model=model,
+                   runner=merged(budget, options.batch_wait_timeout_s),
+                   lanes=options.lane_policy(min(options.chunk_pairs, budget)))
 
     async def card(self) -> ModelCard:
         return self._card

@@ -32,10 +32,6 @@ from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.serving import NLLServing, Scored
 from dialscore_server.nll.tokenizer.serving import TokenizerCall
 from dialscore_server.contract.priority import Lane
-from dialscore_server.scheduling.serving import merged
-
-#: Upper bound of `max_batch_tokens` (an engine call's budget, in computed positions).
-MAX_BATCH_TOKENS = 16384
 
 
 @serve.deployment(name="nll", max_ongoing_requests=64, ray_actor_options={"num_cpus": 0.5})
@@ -47,12 +43,7 @@ class NLLDeployment(ModelDeployment):
     def __init__(self, config: ModelConfig | dict[str, Any],
                  options: ServingOptions | dict[str, Any] | None = None):
         super().__init__(config, options)
-        max_batch_tokens = min(self.options.max_batch_tokens, MAX_BATCH_TOKENS)
-        self.serving = NLLServing(
-            self.engine, max_batch_tokens=max_batch_tokens, chunk_tokens=self.options.chunk_tokens,
-            model=self.config.name,
-            runner=merged(max_batch_tokens, self.options.batch_wait_timeout_s),
-            lanes=self.options.lane_policy(min(self.options.chunk_tokens, max_batch_tokens)))
+        self.serving = NLLServing.from_options(self.engine, self.options, self.config.name)
 
     async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
                     lane: Lane = "interactive") -> Reply[Scored]:

@@ -21,6 +21,7 @@ from dialscore_server import metrics
 from dialscore_server.contract.backend import Backend
 from dialscore_server.contract.engine import Engine
 from dialscore_server.contract.errors import InputError
+from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contract.priority import Lane
 from dialscore_server.contract.reply import Reply
 from dialscore_server.nll.completions.serving import CompletionCall, Completed, build_choice
@@ -31,7 +32,7 @@ from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk
 from dialscore_server.scheduling.lanes import LanePolicy
 from dialscore_server.scheduling.planner import BatchStats
-from dialscore_server.scheduling.serving import ChunkedServing, RunnerFactory, one_at_a_time
+from dialscore_server.scheduling.serving import ChunkedServing, RunnerFactory, merged, one_at_a_time
 
 #: Default chunk size in computed positions (ServingOptions.chunk_tokens).
 CHUNK_TOKENS = 2048
@@ -171,6 +172,10 @@ def chunk_items(encoded: Sequence[EncodedItem], chunk_tokens: int,
     return runs
 
 
+#: Upper bound of `max_batch_tokens` (an engine call's budget, in computed positions).
+MAX_BATCH_TOKENS = 16384
+
+
 class NLLServing:
     """Scores requests on one engine, in chunks of about `chunk_tokens` computed positions
     (``engine.positions``: a source repeated by consecutive items counted once; capped at
@@ -191,6 +196,16 @@ class NLLServing:
         self.chunks: ChunkedServing[Work, list[NLLResult]] = ChunkedServing(
             self.run, model=self.model, unit="tokens", runner=runner,
             lanes=lanes or LanePolicy(interactive_max_cost=self.chunk_tokens))
+
+    @classmethod
+    def from_options(cls, engine: NLLScorer, options: ServingOptions, model: str) -> NLLServing:
+        """The serving a model's replica runs (and a batch worker, the same): an engine call's
+        budget of `options.max_batch_tokens` (at most :data:`MAX_BATCH_TOKENS`), chunks merged
+        by :func:`~dialscore_server.scheduling.serving.merged` under the options' lane policy."""
+        budget = min(options.max_batch_tokens, MAX_BATCH_TOKENS)
+        return cls(engine, max_batch_tokens=budget, chunk_tokens=options.chunk_tokens, model=model,
+                   runner=merged(budget, options.batch_wait_timeout_s),
+                   lanes=options.lane_policy(min(options.chunk_tokens, budget)))
 
     async def card(self) -> ModelCard:
         return self._card
