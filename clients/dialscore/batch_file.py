@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from dialscore.batching import chunked
 from dialscore.types import NLLResult
 
 #: The route an NLL chunk is sent to.
@@ -42,11 +43,6 @@ def nll_request_line(model: str, items: Sequence[dict[str, Any]], return_tokens:
         body["return_tokens"] = True
     return {"custom_id": nll_custom_id(model, items, return_tokens), "method": "POST",
             "url": NLL_URL, "body": body}
-
-
-def chunks(items: Sequence[dict[str, Any]], chunk_size: int) -> list[list[dict[str, Any]]]:
-    """`items` cut into consecutive runs of `chunk_size` (the last shorter)."""
-    return [list(items[i:i + chunk_size]) for i in range(0, len(items), max(1, chunk_size))]
 
 
 def read_batch_output(path: str | Path) -> dict[str, dict[str, Any]]:
@@ -75,7 +71,7 @@ class BatchRecorder:
 
     async def nll_many(self, model: str, items: Sequence[dict[str, Any]], *, chunk_size: int = 64,
                        return_tokens: bool = False, **_: Any) -> None:
-        for part in chunks(items, chunk_size):
+        for _, part in chunked(items, max(1, chunk_size)):
             self.stream.write(json.dumps(nll_request_line(model, part, return_tokens),
                                          ensure_ascii=False) + "\n")
             self.lines += 1
@@ -100,7 +96,7 @@ class BatchAnswers:
                        on_chunk: Callable[[int, list[NLLResult]], None] | None = None,
                        **_: Any) -> list[NLLResult]:
         results: list[NLLResult] = []
-        for part in chunks(items, chunk_size):
+        for _, part in chunked(items, max(1, chunk_size)):
             custom_id = nll_custom_id(model, part, return_tokens)
             row = self._rows.get(custom_id)
             if row is None:
