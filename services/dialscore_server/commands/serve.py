@@ -51,6 +51,7 @@ def _serve(args: argparse.Namespace) -> int:
     import signal
     import threading
 
+    from dialscore_server.contract.host_check import host_entries
     from dialscore_server.gateway.embedded import LOCAL_CONFIG, app_args_from_yaml, serve_locally
 
     if args.model is not None:
@@ -68,8 +69,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not args.drain_s >= 0:
         raise SystemExit("dialscore serve: --drain-s must be >= 0")
     stop = threading.Event()
-    allowed = ([n.strip() for n in args.allowed_hosts.split(",") if n.strip()]
-               if args.allowed_hosts is not None else None)
+    allowed = host_entries(args.allowed_hosts) if args.allowed_hosts is not None else None
     try:
         with serve_locally(app_args, host=args.host, port=args.port, allowed_hosts=allowed,
                            drain_s=args.drain_s) as url:

@@ -85,9 +85,13 @@ class AllowedHosts:
         return is_loopback(name) or name in self.names
 
 
+def host_entries(raw: str) -> list[str]:
+    """The entries of a comma-separated setting (``--allowed-hosts``, ``DIALSCORE_ALLOWED_HOSTS``),
+    stripped, blanks skipped."""
+    return [n.strip() for n in raw.split(",") if n.strip()]
+
+
 def allowed_hosts_from_environment(environ: Mapping[str, str] = os.environ) -> list[str] | None:
     """The entries of ``DIALSCORE_ALLOWED_HOSTS`` (comma-separated), or None when it is unset."""
     raw = environ.get(ALLOWED_HOSTS_VARIABLE)
-    if raw is None:
-        return None
-    return [n.strip() for n in raw.split(",") if n.strip()]
+    return None if raw is None else host_entries(raw)
