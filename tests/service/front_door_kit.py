@@ -103,10 +103,18 @@ class _ManualTimer:
             self.callback()
 
 
+#: What ``/early`` is answered, whole.
+EARLY_ANSWER = (b"HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\n"
+                b"content-length: 40\r\nconnection: close\r\n\r\n"
+                b'{"error": {"type": "payload_too_large"}}')
+
+
 class RecordingUpstream:
     """A plain HTTP/1.1 server (asyncio + h11): each request is answered 200 with JSON naming its
     method, target, body size and body SHA-256. Target ``/close`` answers with
-    ``connection: close`` and closes; ``/hold`` answers only after :meth:`release`. Framing h11
+    ``connection: close`` and closes; ``/hold`` answers only after :meth:`release`; ``/early`` is
+answered 413 as soon as its head has arrived (:data:`EARLY_ANSWER`: the head, then the body in a
+later write, as uvicorn sends them), and the connection closed without reading the body. Framing h11
     rejects is answered 400 with an empty body, and the connection closed. It records the bytes
     each connection received."""
 
@@ -198,6 +206,9 @@ class _UpstreamConnection(asyncio.Protocol):
             if isinstance(event, h11.ConnectionClosed):
                 self.transport.close()
                 return
+            if isinstance(event, h11.Request) and event.target == b"/early":
+                self._answer_early()
+                return
             if isinstance(event, h11.Request):
                 self.request, self.body = event, bytearray()
             elif isinstance(event, h11.Data):
@@ -209,6 +220,12 @@ class _UpstreamConnection(asyncio.Protocol):
                     self.server._hold(self)
                     return
                 self._respond()
+
+    def _answer_early(self) -> None:
+        head, body = EARLY_ANSWER.split(b"\r\n\r\n", 1)
+        self.transport.write(head + b"\r\n\r\n")
+        transport = self.transport
+        self.loop.call_soon(lambda: (transport.write(body), transport.close()))
 
     async def release(self) -> None:
         self.held = False

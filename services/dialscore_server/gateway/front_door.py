@@ -48,7 +48,10 @@ as they arrive, in both directions, with back-pressure: a side whose send buffer
 the other side's reading. Framing the front door cannot follow (``malformed``) is relayed all
 the same, for Serve's proxy to answer; the connection is then relayed without limits until it
 closes. After a 101 (an upgrade) the connection is relayed as a tunnel. Either side closing
-closes the other (a client's half-close is passed on as a half-close).
+closes the other (a client's half-close is passed on as a half-close). Serve's proxy answering
+before a body has all arrived, then closing (a 413), is relayed whole though it resets the
+connection: its side is a gateway/upstream_link.py link, which goes on reading after its writes
+fail; what the client still sends is then discarded.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from typing import Literal, Protocol
 from dialscore_server.contract.errors import ServiceError
 from dialscore_server.contract.http_errors import error_response_bytes
 from dialscore_server.gateway.http_framing import MessageFraming
+from dialscore_server.gateway.upstream_link import UpstreamLink, open_link
 
 logger = logging.getLogger("dialscore.front_door")
 
@@ -275,7 +279,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self, door: FrontDoor):
         self.door = door
         self.client: asyncio.Transport | None = None
-        self.upstream: asyncio.Transport | None = None
+        self.upstream: UpstreamLink | None = None
         self.requests = MessageFraming("request")
         self.responses = MessageFraming("response")
         self.over_cap = False
@@ -345,7 +349,7 @@ class _Connection(asyncio.Protocol):
         self._disarm()
         if self.finished or self.over_cap:
             return False
-        if self.upstream is not None and self.upstream.can_write_eof():
+        if self.upstream is not None:
             self.upstream.write_eof()
         return True  # keep sending Serve's answers until it closes
 
@@ -377,7 +381,7 @@ class _Connection(asyncio.Protocol):
         waited, delay = 0.0, UPSTREAM_RETRY_FIRST_S
         while True:
             try:
-                transport, _ = await loop.create_connection(lambda: _Upstream(self), *self.door.upstream)
+                link = await open_link(loop, *self.door.upstream, _Upstream(self))
                 break
             except OSError as exc:
                 self.door.upstream_failures += 1
@@ -395,16 +399,15 @@ class _Connection(asyncio.Protocol):
                 waited += wait
                 delay = min(2 * delay, UPSTREAM_RETRY_MAX_S)
         if self.finished:
-            transport.close()
+            link.close()
             return
-        assert isinstance(transport, asyncio.Transport)
-        self.upstream = transport
-        transport.writelines(self._held)
+        self.upstream = link
+        link.writelines(self._held)
         self._held.clear()
         self._held_size = 0
         self.resume_client("connecting")
-        if self._client_eof and transport.can_write_eof():
-            transport.write_eof()
+        if self._client_eof:
+            link.write_eof()
 
     async def _wait(self, seconds: float) -> None:
         """Sleep `seconds` by the front door's clock (cancelled with the connection)."""
