@@ -18,6 +18,7 @@ from dialscore_server.contract.backend import Pool
 from dialscore_server.contract.errors import InputError, ServiceError
 from dialscore_server.contract.host_check import AllowedHosts
 from dialscore_server.contract.limits import Limits
+from dialscore_server.contract.route_warmup import resolve_routes
 from dialscore_server.contradiction.serving import ClassifierService
 from dialscore_server.nll.serving import NLLService
 from dialscore_server.rerank.serving import RerankService
@@ -91,6 +92,11 @@ class ModelDirectory:
         if model not in self._cards:
             self._cards[model] = await self._service(model).card()
         return self._cards[model]
+
+    async def resolve_routes(self) -> None:
+        """Fetch every model's card once, waiting for models still loading
+        (contract/route_warmup.py): through Serve handles, this resolves every route."""
+        self._cards.update(await resolve_routes({n: self._service(n) for n in self.model_names}))
 
     async def readiness(self) -> dict[str, str]:
         """Per model: ``ok`` when its card answers within READINESS_TIMEOUT_S, else

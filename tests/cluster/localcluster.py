@@ -125,6 +125,11 @@ class LocalCluster:
         """Per deployment of `app`: Serve's status and message (why it failed, when it did)."""
         return self.call(_status_messages, app)
 
+    def proxies(self) -> dict[str, str]:
+        """Per node id: the status of Serve's proxy there (``serve.status().proxies``: HEALTHY
+        once it has its routes and the replicas behind them)."""
+        return self.call(_proxies)
+
     def delete_app(self, name: str) -> None:
         """``serve.delete`` one application."""
         self.call(_delete_app, name)
@@ -345,6 +350,12 @@ def _status_messages(app: str) -> dict[str, str]:
     if status is None:
         return {}
     return {name: f"{dep.status}: {dep.message}" for name, dep in status.deployments.items()}
+
+
+def _proxies() -> dict[str, str]:
+    from ray import serve
+
+    return {node: str(status).rsplit(".", 1)[-1] for node, status in serve.status().proxies.items()}
 
 
 def _delete_app(name: str) -> None:

@@ -25,8 +25,32 @@ GPT = "fake-gpt"
 NLI = "fake-nli"
 
 
+#: The gate handles this process looked up as its engines were built, held for its life.
+_FOUND: list[Any] = []
+
+
+def find_gate() -> None:
+    """Look the gate up and call it once, where one is open, as an engine is built, and hold the
+    handle: the engine calls then reach the gate without the GCS (tests/cluster/test_gcs_loss.py
+    takes the GCS away before the first engine call, which would otherwise wait for it)."""
+    try:
+        found = gate()
+    except ValueError:
+        return  # no gate yet: the first engine call looks it up
+    try:
+        ray.get(found.state.remote())
+    except ray.exceptions.RayActorError:
+        return  # a gate being replaced: the first engine call looks the new one up
+    _FOUND.append(found)
+
+
 class GatedNLLEngine(FakeNLLEngine):
     """The fake NLL engine; each engine call first waits at the gate."""
+
+    @classmethod
+    def from_options(cls, config, options):
+        find_gate()
+        return super().from_options(config, options)
 
     def score_encoded(self, encoded: Sequence[Any], guard=None):
         ray.get(gate().enter.remote([(e.item or {}).get("target", "") for e in encoded], caller()))
@@ -36,6 +60,11 @@ class GatedNLLEngine(FakeNLLEngine):
 class GatedDetector(FakeDetector):
     """The fake detector (the real pairing over a fake classifier); each engine call first waits
     at the gate."""
+
+    @classmethod
+    def from_options(cls, config, options):
+        find_gate()
+        return super().from_options(config, options)
 
     def detect_many(self, jobs, guard=None):
         ray.get(gate().enter.remote([d[-1].text for j in jobs for d in j.dialogues], caller()))

@@ -3,7 +3,8 @@ over typed handles of the model deployments, serving the FastAPI app (gateway/ap
 
 The app is built per replica, after the constructor (``__serve_build_asgi_app__``), so routes
 close over the live gateway (its handles, limits and token) rather than over a copy Serve froze at
-import time.
+import time. Before it takes requests, a replica resolves its route to every model
+(contract/route_warmup.py), so that it can route to each while the head's GCS is down.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from dialscore_server.rerank.deployment import RerankHandle
 class Gateway(ModelDirectory):
     """Routes HTTP requests to the model deployments; holds no model itself."""
 
-    def __init__(self, nll: dict[str, DeploymentHandle], args: dict[str, Any],
-                 classifiers: dict[str, DeploymentHandle] | None = None,
-                 reranker: DeploymentHandle | None = None):
+    async def __init__(self, nll: dict[str, DeploymentHandle], args: dict[str, Any],
+                       classifiers: dict[str, DeploymentHandle] | None = None,
+                       reranker: DeploymentHandle | None = None):
         app_args = AppArgs.model_validate(args)
         deadlines = Deadlines(app_args.request_timeout_s, app_args.queue_timeout_s,
                               count_in_flight=True)
@@ -44,6 +45,7 @@ class Gateway(ModelDirectory):
             token=gateway_token(app_args.auth_token_env, app_args.auth_required),
             allowed_hosts=(AllowedHosts.of(app_args.allowed_hosts)
                            if app_args.allowed_hosts is not None else None))
+        await self.resolve_routes()
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return create_app(self)

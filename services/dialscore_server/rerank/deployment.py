@@ -3,7 +3,8 @@
 :class:`RerankDeployment` holds no model: it runs a
 :class:`~dialscore_server.rerank.serving.RerankServing` over typed handles of the classifier and
 NLL deployments, each call under the gateway's deadlines (a dead classifier is a prompt 503 or
-424, not "the rerank deployment failed"). :class:`RerankHandle` is
+424, not "the rerank deployment failed"); it resolves its routes to them before it takes requests
+(contract/route_warmup.py). :class:`RerankHandle` is
 :class:`~dialscore_server.rerank.serving.RerankService` over a Serve handle of it.
 """
 
@@ -16,6 +17,7 @@ from ray.serve.handle import DeploymentHandle
 
 from dialscore_server.contract.deadline import Deadlines
 from dialscore_server.contract.reply import Reply
+from dialscore_server.contract.route_warmup import resolve_routes
 from dialscore_server.contradiction.deployment import ClassifierHandle
 from dialscore_server.nll.deployment import NLLHandle
 from dialscore_server.rerank.engine.reranker import RerankOutput
@@ -26,12 +28,14 @@ from dialscore_server.rerank.serving import RerankCall, RerankServing
 class RerankDeployment:
     """Holds no model; composes the classifier and NLL deployments: `rerank`."""
 
-    def __init__(self, classifiers: dict[str, DeploymentHandle], nll: dict[str, DeploymentHandle],
-                 request_timeout_s: float = 60.0, queue_timeout_s: float | None = None):
+    async def __init__(self, classifiers: dict[str, DeploymentHandle],
+                       nll: dict[str, DeploymentHandle], request_timeout_s: float = 60.0,
+                       queue_timeout_s: float | None = None):
         deadlines = Deadlines(request_timeout_s, queue_timeout_s)
-        self.serving = RerankServing(
-            {name: ClassifierHandle(h, deadlines, name) for name, h in classifiers.items()},
-            {name: NLLHandle(h, deadlines, name) for name, h in nll.items()})
+        judges = {name: ClassifierHandle(h, deadlines, name) for name, h in classifiers.items()}
+        scorers = {name: NLLHandle(h, deadlines, name) for name, h in nll.items()}
+        await resolve_routes({**judges, **scorers})
+        self.serving = RerankServing(judges, scorers)
 
     async def rerank(self, call: RerankCall) -> Reply[RerankOutput]:
         return await self.serving.rerank(call)
