@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import pytest
 
-from serve_apps import HEADER_TIMEOUT_S, LINGER_S, ONE_THREAD, Served, app_args, deploy_app, wait_ready
+from serve_apps import LINGER_S, ONE_THREAD, SESSION_HEADER_TIMEOUT_S, Served, app_args, deploy_app, wait_ready
 
 
 @pytest.fixture(scope="session")
 def served(stand_ins, sharp_stand_ins):
     """Start Ray and the shared Serve app once per session on a free loopback port, behind the
-    front door. Its header deadline is HEADER_TIMEOUT_S (default 10) so that test_slow_clients
-    sees it soon; no other test opens a connection and waits that long before its headers are
-    complete."""
+    front door, whose deadlines are hang guards (SESSION_HEADER_TIMEOUT_S, LINGER_S);
+    test_slow_clients.py puts a front door of its own, with a short header deadline, before the
+    same proxy."""
     import os
     from pathlib import Path
 
-    from dialscore_server.gateway.embedded import serve_locally
+    from dialscore_server.gateway.embedded import local_service
     from dialscore_server.gateway.front_door import FrontDoorLimits
 
     # Replica metrics reach the node's agent every second (Ray's default: 10 s), so a test
@@ -46,10 +46,10 @@ def served(stand_ins, sharp_stand_ins):
     ])
     # Lingering after an answer lasts until the client closes (LINGER_S only guards a hang): a
     # test sending a body the service refuses reads its answer however slowly it sends the rest.
-    limits = FrontDoorLimits(header_timeout_s=HEADER_TIMEOUT_S, linger_s=LINGER_S)
-    with serve_locally(args, num_cpus=4, limits=limits) as url:
-        wait_ready(url)
-        yield Served(url, args)
+    limits = FrontDoorLimits(header_timeout_s=SESSION_HEADER_TIMEOUT_S, linger_s=LINGER_S)
+    with local_service(args, num_cpus=4, limits=limits) as service:
+        wait_ready(service.url)
+        yield Served(service.url, args, service.proxy_url)
 
 
 @pytest.fixture(scope="session")

@@ -15,22 +15,27 @@ from ray_metrics import replica_metrics, sample_sum
 from waiting import wait_until  # noqa: F401 - where the service tests find it
 
 
-#: The header deadline of the session's front door (conftest.py's `served`), in seconds.
-HEADER_TIMEOUT_S = 3.0
-#: How long the session's front door lingers after an answer before it closes: a hang guard
-#: (it closes as soon as the client does), not a window any test has to make.
+#: The header deadline of the session's front door (conftest.py's `served`), and how long it
+#: lingers after an answer before it closes: hang guards, not windows a test has to make (a
+#: client on a busy machine may take seconds to send its headers; the front door closes as soon
+#: as the client does).
+SESSION_HEADER_TIMEOUT_S = 120.0
 LINGER_S = 120.0
+#: The header deadline of the front door test_slow_clients.py puts before the session's proxy.
+HEADER_TIMEOUT_S = 3.0
 
 #: One torch thread and a fifth of a CPU per replica: many replicas share 2 cores.
 ONE_THREAD = {"num_cpus": 0.2, "num_threads": 1}
 
 
 class Served:
-    """A Serve application on loopback: its base URL and the arguments it was built from."""
+    """A Serve application on loopback: its base URL, the arguments it was built from and, for
+    the session's app, the URL of Serve's proxy behind its front door."""
 
-    def __init__(self, url: str, args):
+    def __init__(self, url: str, args, proxy_url: str | None = None):
         self.url = url
         self.args = args
+        self.proxy_url = proxy_url
 
     def config(self, name: str):
         """The served ModelConfig of `name` (for building the same engine in-process)."""

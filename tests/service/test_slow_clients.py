@@ -1,7 +1,8 @@
 """Slow clients on the real app, through the embedded default's front door: a body trickled byte
 by byte is cut off by the gateway with a 408 once body_timeout_s has passed; headers trickled to
-the front door get a 408 once its header deadline has passed (HEADER_TIMEOUT_S in this session),
-a connection that sends nothing is closed; each is counted, the front door's counts reach Ray's
+a front door get a 408 once its header deadline has passed (HEADER_TIMEOUT_S: a front door of
+this module's own before the session's Serve proxy, the session's own having a hang guard), a
+connection that sends nothing is closed; each is counted, the front door's counts reach Ray's
 metrics agent, and a prompt client of the same app is unaffected.
 
 Outcomes only: a deadline cannot fire early, so elapsed times have lower bounds; the upper ones
@@ -13,6 +14,7 @@ import json
 import re
 import socket
 import time
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import httpx
@@ -93,11 +95,23 @@ def test_a_trickled_body_gets_a_408_after_body_timeout(served, stand_ins):
         assert_app_answers(app.url)
 
 
-def test_trickled_headers_get_a_408_from_the_front_door_counted_to_ray(served):
+@pytest.fixture(scope="module")
+def door(served) -> Iterator[str]:
+    """The URL of a front door with the header deadline HEADER_TIMEOUT_S before the session's
+    Serve proxy (as the embedded default puts one with DIALSCORE_HEADER_TIMEOUT_S=3)."""
+    from dialscore_server.gateway.front_door import FrontDoorLimits, front_door_thread
+
+    proxy = urlsplit(served.proxy_url)
+    limits = FrontDoorLimits(header_timeout_s=HEADER_TIMEOUT_S, linger_s=HANG_S)
+    with front_door_thread((proxy.hostname, proxy.port), "127.0.0.1", 0, limits) as front:
+        yield f"http://127.0.0.1:{front.port}"
+
+
+def test_trickled_headers_get_a_408_from_the_front_door_counted_to_ray(served, door):
     """Headers sent one byte every 0.5 s, never complete: a 408 naming `headers` once the header
     deadline has passed since the connection opened, then the connection is closed; counted
     here and in Ray's metrics agent."""
-    parts = urlsplit(served.url)
+    parts = urlsplit(door)
     before, before_ray = front_door_count("headers"), ray_agent_count("headers")
     start = time.monotonic()
     with socket.create_connection((parts.hostname, parts.port), timeout=HANG_S) as sock:
@@ -125,15 +139,15 @@ def test_trickled_headers_get_a_408_from_the_front_door_counted_to_ray(served):
     while ray_agent_count("headers") < before_ray + 1:
         assert time.monotonic() < deadline, "the count never reached Ray's metrics agent"
         time.sleep(1)
-    assert_app_answers(served.url)
+    assert_app_answers(door)
 
 
-def test_a_connection_that_sends_nothing_is_closed_at_the_deadline(served):
-    parts = urlsplit(served.url)
+def test_a_connection_that_sends_nothing_is_closed_at_the_deadline(served, door):
+    parts = urlsplit(door)
     before = front_door_count("idle")
     start = time.monotonic()
     with socket.create_connection((parts.hostname, parts.port), timeout=HANG_S) as idle:
         answer = rest_until_closed(idle, HANG_S)
     assert answer == b"" and time.monotonic() - start >= HEADER_TIMEOUT_S
     assert front_door_count("idle") == before + 1
-    assert_app_answers(served.url)
+    assert_app_answers(door)
