@@ -2,12 +2,9 @@
 test starts (redis_server.py) holds the GCS's tables, as KubeRay's ``gcsFaultToleranceOptions``
 does.
 
-No request has reached the application when the GCS first goes: requests over fresh connections,
-whichever proxy and gateway replica they meet, are answered all the same, since every gateway
-replica resolved its route to the model before it took requests (contract/route_warmup.py; a
-route first used without a GCS would wait for it). The GCS is then started again.
-
-In the second test, by construction, no clock raced: a call of a probe run is held in the engine gate when the GCS
+By construction, no clock raced: once every node's proxy is healthy (Serve may start a worker
+node's proxy after the application reports running, and a proxy that has not found its routes
+cannot find them without the GCS), a call of a probe run is held in the engine gate when the GCS
 server is SIGKILLed (only this cluster's, by its pid); the gate is then opened, so the held call
 and every later one of the run are computed and answered with no GCS, and new requests over fresh
 connections are answered too before the GCS comes back. The GCS is then started again on its port
@@ -78,25 +75,10 @@ def restart_gcs(cluster) -> int:
     return pid
 
 
-def test_the_first_requests_are_answered_without_the_gcs(ft_cluster):
-    """Runs first in this module: nothing has called the application yet. The proxy of each
-    node is healthy first (Serve starts a node's proxy once that node has a replica, possibly
-    after the application is running): a proxy that has not found its routes yet is not
-    serving, with a GCS or without."""
+def test_requests_are_served_without_the_gcs_and_the_controller_reconciles_after(ft_cluster, tmp_path):
     cluster = ft_cluster
     wait_until(lambda: list(cluster.proxies().values()) == ["HEALTHY"] * 3,
                "a healthy Serve proxy on each of the three nodes", HANG_S)
-    gcs_pid = cluster.kill_gcs()
-    try:
-        with httpx.Client(base_url=cluster.url, headers=AUTH, timeout=HANG_S, limits=FRESH) as http:
-            statuses = [http.post("/v1/nll", json=BODY).status_code for _ in range(WHILE_DOWN)]
-        assert statuses == [200] * WHILE_DOWN, statuses
-    finally:
-        assert restart_gcs(cluster) != gcs_pid
-
-
-def test_requests_are_served_without_the_gcs_and_the_controller_reconciles_after(ft_cluster, tmp_path):
-    cluster = ft_cluster
     models_before = running(cluster, f"nll-{MODEL}")
     assert len(models_before) == 2
     cluster.gate.close()
