@@ -16,7 +16,10 @@ open-loop at --rate per second, no priority header (interactive):
    attribution items on the lanes-off deployment as the client's probe runs do
    (``AsyncDialscoreClient.nll_many``, 64 items per request, ``max_concurrency`` --concurrency,
    default 8 = the client's default, ``X-Dialscore-Priority: bulk``), over and over until the
-   stream ends;
+   stream ends. The probe run is a process of its own, as a researcher's client is: its work
+   (reading 64 items' per-token answers) never delays the stream's event loop, and so never
+   the stream's timings. ``--bulk-nice N`` runs it at that nice value, standing in for a client
+   on another host (it then takes CPU only when the service does not);
 3. *beside probe, lanes on* / *small bulk*: the same against the other two deployments.
 
 Reported: the stream's p50/p99 latency and the probe run's items per second, per phase, and the
@@ -28,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
+import os
 import sys
 import time
 from typing import Any
@@ -59,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the probe run's requests in flight (default 8: the client's default)")
     ap.add_argument("--bulk-max-batch", type=int, default=2048,
                     help="bulk_max_batch of the third deployment (default 2048: one chunk)")
+    ap.add_argument("--bulk-nice", type=int, default=0,
+                    help="the probe run's process's nice value (default 0; 19 stands in for a "
+                         "client on another host)")
     args = ap.parse_args(argv)
     app_args = {
         "stand_ins": str(WORK / "stand-ins"), "request_timeout_s": 300,
@@ -94,36 +102,56 @@ async def stream(client: httpx.AsyncClient, model: str, rate: float, seconds: fl
     return latencies
 
 
-async def probe_run(url: str, model: str, items: list[dict[str, Any]], concurrency: int,
-                    stop: asyncio.Event) -> int:
-    """The probe's requests (nll_many, 64 items each, bulk) over and over until `stop` (at most
-    50 passes); the items scored."""
-    scored = 0
-    async with AsyncDialscoreClient(url, priority="bulk", max_concurrency=concurrency,
-                                    timeout=300) as client:
-        for _ in range(50):
-            if stop.is_set():
-                break
-            scored += len(await client.nll_many(model, items, chunk_size=64,
-                                                return_tokens=True))
-    return scored
+def probe_run(url: str, model: str, items: list[dict[str, Any]], concurrency: int,
+              nice: int, stop: Any, scored: Any) -> None:
+    """In a process of its own: the probe's requests (nll_many, 64 items each, bulk) over and
+    over until `stop` is set (at most 50 passes), the items scored so far in `scored`."""
+    if nice:
+        os.nice(nice)
+
+    async def run() -> None:
+        async with AsyncDialscoreClient(url, priority="bulk", max_concurrency=concurrency,
+                                        timeout=300) as client:
+            for _ in range(50):
+                if stop.is_set():
+                    break
+                done = await client.nll_many(model, items, chunk_size=64, return_tokens=True)
+                with scored.get_lock():
+                    scored.value += len(done)
+
+    asyncio.run(run())
 
 
-async def phase(url: str, model: str, probe: bool, args: argparse.Namespace,
-                items: list[dict[str, Any]]) -> tuple[list[float], float]:
+def phase(url: str, model: str, probe: bool, args: argparse.Namespace,
+          items: list[dict[str, Any]]) -> tuple[list[float], float]:
     """(the stream's latencies, the probe run's items per second)."""
-    async with httpx.AsyncClient(base_url=url, timeout=300,
-                                 limits=httpx.Limits(max_connections=100)) as client:
-        stop = asyncio.Event()
-        start = time.perf_counter()
-        bulk = (asyncio.ensure_future(probe_run(url, model, items, args.concurrency, stop))
-                if probe else None)
-        if bulk is not None:
-            await asyncio.sleep(2.0)  # the probe run's requests reach the replica first
-        latencies = await stream(client, model, args.rate, args.seconds)
+    context = multiprocessing.get_context("spawn")
+    stop, scored = context.Event(), context.Value("q", 0)
+    bulk = (context.Process(target=probe_run, args=(url, model, items, args.concurrency,
+                                                    args.bulk_nice, stop, scored))
+            if probe else None)
+    start = time.perf_counter()
+    if bulk is not None:
+        bulk.start()
+
+    async def interactive() -> list[float]:
+        async with httpx.AsyncClient(base_url=url, timeout=300,
+                                     limits=httpx.Limits(max_connections=100)) as client:
+            if bulk is not None:
+                await asyncio.sleep(2.0)  # the probe run's requests reach the replica first
+            return await stream(client, model, args.rate, args.seconds)
+
+    try:
+        latencies = asyncio.run(interactive())
+    finally:
         stop.set()
-        scored = await bulk if bulk is not None else 0
-        return latencies, scored / (time.perf_counter() - start)
+        if bulk is not None:
+            bulk.join(600)  # a hang guard: it stops after its current pass
+            if bulk.is_alive():
+                bulk.terminate()
+    if bulk is not None and bulk.exitcode != 0:
+        raise RuntimeError(f"the probe run's process exited with {bulk.exitcode}")
+    return latencies, scored.value / (time.perf_counter() - start)
 
 
 def measure(url: str, args: argparse.Namespace) -> None:
@@ -140,7 +168,8 @@ def measure(url: str, args: argparse.Namespace) -> None:
     asyncio.run(warm())
     print(f"interactive: /v1/rerank 6-turn context x 8 candidates with nll_model, {args.rate:g}/s "
           f"for {args.seconds:g} s; bulk: a probe run of {len(items)} attribution items "
-          f"(nll_many, 64 per request, concurrency {args.concurrency}, X-Dialscore-Priority: bulk)")
+          f"(nll_many, 64 per request, concurrency {args.concurrency}, X-Dialscore-Priority: bulk, "
+          f"its own process at nice {args.bulk_nice})")
     rows = []
     alone: dict[str, float | None] = {}
     for name, model, probe in [("alone, lanes off", OFF, False), ("alone, lanes on", ON, False),
@@ -148,7 +177,7 @@ def measure(url: str, args: argparse.Namespace) -> None:
                                ("beside probe, lanes off", OFF, True),
                                ("beside probe, lanes on", ON, True),
                                ("beside probe, small bulk", SMALL, True)]:
-        lat, rate = asyncio.run(phase(url, model, probe, args, items))
+        lat, rate = phase(url, model, probe, args, items)
         p50, p99 = percentile(lat, 50), percentile(lat, 99)
         if not probe:
             alone[model] = p99
