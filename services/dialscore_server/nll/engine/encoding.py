@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dialscore_server.checkpoints.plain_text import text_ids
+from dialscore_server.checkpoints.plain_text import text_ids, texts_ids
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.errors import InputError
 from dialscore_server.nll.engine.layout import Pieces, SourceLayout, Special, pieces, target_text
@@ -141,15 +141,17 @@ class NLLEncoder:
         return text_ids(self.tokenizer, text)
 
     def ids(self, source: Pieces) -> list[int]:
-        """The token ids of source pieces: each text piece as plain text
-        (:func:`~dialscore_server.checkpoints.plain_text.text_ids`), each
+        """The token ids of source pieces: each text piece as plain text, all of them in one
+        tokenizer call (:func:`~dialscore_server.checkpoints.plain_text.texts_ids`), each
         :class:`~dialscore_server.nll.engine.layout.Special` as its id."""
+        normal = pieces(source)
+        texts = iter(texts_ids(self.tokenizer, [p for p in normal if not isinstance(p, Special)]))
         out: list[int] = []
-        for piece in pieces(source):
+        for piece in normal:
             if isinstance(piece, Special):
                 out.append(self.tokenizer.convert_tokens_to_ids(piece.token))
             else:
-                out += self._ids(piece)
+                out += next(texts)
         return out
 
     def _source_ids(self, pinned: Pieces, body: Pieces) -> tuple[list[int], list[int]]:
