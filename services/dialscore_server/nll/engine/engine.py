@@ -86,11 +86,10 @@ from dialscore_server.scheduling.planner import (
 )
 from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_threads
 from dialscore_server.checkpoints.registry import ModelConfig
-from dialscore_server.contract.errors import InputError
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLEncoder, NLLItem
 from dialscore_server.nll.engine.forward import ForwardPasses
-from dialscore_server.nll.engine.prompts import encode_prompt
+from dialscore_server.nll.engine.prompts import check_vocabulary, encode_prompt
 from dialscore_server.nll.tokenizer.serving import TokenizerInfo
 from dialscore_server.nll.engine.layout import Pieces
 from dialscore_server.nll.engine.projection import (
@@ -342,7 +341,7 @@ class NLLEngine:
         """A completions prompt as an item (see :mod:`dialscore_server.nll.engine.prompts`)."""
         ids = self.encoder.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         return encode_prompt(ids, family=self.config.family, window=self.config.max_length,
-                             vocab=self.model.get_input_embeddings().weight.shape[0],
+                             vocab=self.vocab_size,
                              placeholder=self.encoder.eos_id, append_next=append_next, top_k=top_k)
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -362,10 +361,7 @@ class NLLEngine:
     def detokenize(self, ids: Sequence[int]) -> str:
         """The text of `ids` decoded together; an InputError (param None: the caller names the
         field) for an id outside the vocabulary."""
-        vocab = self.vocab_size
-        bad = next((t for t in ids if not 0 <= t < vocab), None)
-        if bad is not None:
-            raise InputError(f"token id {bad} is outside the model's vocabulary (0..{vocab - 1})")
+        check_vocabulary(ids, self.vocab_size)
         return self.decode(ids)
 
     def tokenizer_info(self) -> TokenizerInfo:

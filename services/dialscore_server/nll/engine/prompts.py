@@ -23,6 +23,14 @@ from dialscore_server.contract.errors import InputError
 from dialscore_server.nll.engine.encoding import EncodedItem
 
 
+def check_vocabulary(ids: Sequence[int], vocab: int) -> None:
+    """An :class:`InputError` (param None: the caller names the field) for the first of `ids`
+    outside the vocabulary 0..`vocab`-1."""
+    bad = next((t for t in ids if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise InputError(f"token id {bad} is outside the model's vocabulary (0..{vocab - 1})")
+
+
 def encode_prompt(ids: Sequence[int], *, family: str, window: int, vocab: int, placeholder: int,
                   append_next: bool, top_k: int) -> EncodedItem:
     """The item scoring prompt `ids` (see the module docstring); `top_k` alternatives per scored
@@ -34,9 +42,7 @@ def encode_prompt(ids: Sequence[int], *, family: str, window: int, vocab: int, p
                          "model")
     if not ids:
         raise InputError("prompt has no tokens")
-    bad = next((t for t in ids if not 0 <= t < vocab), None)
-    if bad is not None:
-        raise InputError(f"token id {bad} is outside the model's vocabulary (0..{vocab - 1})")
+    check_vocabulary(ids, vocab)
     need = len(ids) + int(append_next)
     if need > window:
         raise InputError(
