@@ -48,7 +48,9 @@ def group_key(request: Request) -> tuple[str, str, str]:
 def in_scoring_order(requests: Sequence[Request]) -> list[Request]:
     """`requests` grouped by :func:`group_key` (groups in the order of their first request, the
     input order kept within a group)."""
+    keys = [group_key(r) for r in requests]
     first: dict[tuple[str, str, str], int] = {}
-    for i, r in enumerate(requests):
-        first.setdefault(group_key(r), i)
-    return sorted(requests, key=lambda r: (first[group_key(r)], r.line))
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    order = sorted(range(len(requests)), key=lambda i: (first[keys[i]], requests[i].line))
+    return [requests[i] for i in order]

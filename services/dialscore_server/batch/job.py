@@ -90,19 +90,18 @@ def run_job(input_path: str | Path, output_path: str | Path, executor: Executor,
     requests = [r for r in requests if not done.covers(r.line, r.custom_id)]
     resumed = total - len(requests) - len(rejected)
     kill_after = int(os.environ.get(KILL_AFTER_ENV, "0") or 0)
-    counts = {"written": 0, "ok": 0, "failed": 0}
+    counts = {"ok": 0, "failed": 0}
     bar = progress_bar(len(requests) + len(rejected), "batch", progress)
 
     def write(rows: list[dict]) -> None:
         n = output.append(rows)
         ok = sum(r.get("error") is None for r in rows)
-        counts["written"] += n
         counts["ok"] += ok
         counts["failed"] += n - ok
         bar.update(n)
         if on_block is not None:
             on_block(n)
-        if kill_after and counts["written"] >= kill_after:
+        if kill_after and counts["ok"] + counts["failed"] >= kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
 
     first_block: float | None = None

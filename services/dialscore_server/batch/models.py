@@ -26,10 +26,6 @@ class JobModels:
     classifiers: list[tuple[ModelConfig, ServingOptions]] = field(default_factory=list)
     limits: Limits = field(default_factory=Limits)
 
-    @property
-    def names(self) -> list[str]:
-        return [cfg.name for cfg, _ in self.nll + self.classifiers]
-
 
 def build_directory(models: JobModels) -> ModelDirectory:
     """Every model of `models` loaded in this process, behind the routers' backend."""

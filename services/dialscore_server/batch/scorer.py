@@ -48,8 +48,7 @@ def build_batch_app(directory: Any):
 
 
 class BatchScorer:
-    """The job's models and routes in this process; :meth:`score` answers request lines.
-    `requests_scored` counts the requests sent to a route (what a resume must not repeat)."""
+    """The job's models and routes in this process; :meth:`score` answers request lines."""
 
     def __init__(self, models: JobModels):
         import httpx
@@ -59,13 +58,11 @@ class BatchScorer:
         self._loop = asyncio.new_event_loop()
         self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app),
                                          base_url=BASE_URL, timeout=None)
-        self.requests_scored = 0
 
     async def _one(self, request: Request) -> dict[str, Any]:
         response = await self._client.request(
             request.method, request.url, content=json.dumps(request.body).encode(),
             headers={"content-type": "application/json"})
-        self.requests_scored += 1
         try:
             body = response.json()
         except ValueError:
