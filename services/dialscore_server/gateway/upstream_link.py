@@ -22,10 +22,9 @@ from collections import deque
 
 #: Bytes read per readiness callback.
 READ_SIZE = 256 * 1024
-#: Bytes buffered for Serve's proxy above which the client stops being read (``pause_writing``),
-#: and below which it is read again (``resume_writing``).
+#: Bytes buffered for Serve's proxy above which the client stops being read (``pause_writing``);
+#: it is read again once they are all sent (``resume_writing``).
 HIGH_WATER = 64 * 1024
-LOW_WATER = 16 * 1024
 
 
 async def open_link(loop: asyncio.AbstractEventLoop, host: str, port: int,
