@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 from dialscore_server.gateway.embedded import PROXY_HEALTH_ENV
@@ -24,6 +25,11 @@ NODE_ENV = {"DIALSCORE_API_TOKEN": TOKEN}
 HEAD = {"num_cpus": 2, "num_gpus": 0, "env_vars": NODE_ENV}
 GPU_WORKER = {"num_cpus": 2, "num_gpus": 1, "env_vars": NODE_ENV}
 MODEL = "dialogpt-medium"
+#: The header of every authenticated request to the cluster's application.
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+#: A new connection per request: the kernel spreads connections over the nodes' proxies (they
+#: share the port), and a proxy prefers the gateway replica on its own node.
+FRESH = httpx.Limits(max_keepalive_connections=0)
 #: Serve's own start-up deadline for a proxy (default 5 s, then it is killed and started again,
 #: and `serve.start` fails) raised to a hang guard: on a machine whose cores are busy with other
 #: work, a proxy can take longer than 5 s to start.
@@ -70,3 +76,8 @@ def deploy(cluster: Any, app_args: Any, *, attempts: int = 5, **kwargs: Any) -> 
             if "HTTP proxies not available" not in str(exc) or attempt == attempts:
                 raise
     raise AssertionError("unreachable")
+
+
+def running(cluster: Any, deployment: str) -> list[dict]:
+    """The RUNNING replicas of `deployment` on `cluster` (a LocalCluster)."""
+    return [r for r in cluster.replicas().get(deployment, []) if r["state"] == "RUNNING"]

@@ -23,12 +23,6 @@ def available() -> bool:
     return shutil.which("redis-server") is not None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _pong(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
@@ -43,7 +37,9 @@ def redis_server(folder: Path) -> Iterator[str]:
     """Start ``redis-server`` with `folder` as its working folder and log; yield its address
     (``127.0.0.1:PORT``); end it (SIGTERM, then SIGKILL) after."""
     folder.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    from dialscore_server.gateway.embedded import free_port
+
+    port = free_port()
     proc = subprocess.Popen(
         [shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1", "--port", str(port),
          "--dir", str(folder), "--logfile", str(folder / "redis.log"), "--save", "",

@@ -22,7 +22,8 @@ import httpx
 import pytest
 
 import redis_server
-from cluster_app import GPU_WORKER, HEAD, MODEL, SERVE_ENV, TOKEN, deploy, scaled_down
+from cluster_app import (AUTH, FRESH, GPU_WORKER, HEAD, MODEL, SERVE_ENV, TOKEN, deploy, running,
+                         scaled_down)
 from cluster_gate import NODE_PYTHONPATH, ClusterGate
 from probe_checks import Answers, assert_retryable, assert_scored_once, probe_run
 from waiting import wait_until
@@ -30,7 +31,6 @@ from waiting import wait_until
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not redis_server.available(), reason=redis_server.MISSING)]
 
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 BODY = {"model": MODEL, "items": [{"context": ["Hi there.", "Hello!"], "target": "How are you?"}] * 2}
 #: A hang guard for every wait, not a speed requirement.
 HANG_S = 180.0
@@ -42,7 +42,6 @@ WHILE_DOWN = 6
 #: 60 s; the same value as deployments/kuberay/rayservice.yaml's workers): beyond every hang
 #: guard of a test, so that nothing races it.
 RECONNECT_S = "600"
-FRESH = httpx.Limits(max_keepalive_connections=0)
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +61,6 @@ def ft_cluster(stand_ins, tmp_path_factory):
             args = scaled_down(stand_ins, engine="gated_engines:GatedNLLEngine", queue_timeout_s=60)
             local.url = deploy(local, args, http_port=free_port())
             yield local
-
-
-def running(cluster, deployment: str) -> list[dict]:
-    return [r for r in cluster.replicas().get(deployment, []) if r["state"] == "RUNNING"]
 
 
 def restart_gcs(cluster) -> int:

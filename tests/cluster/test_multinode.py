@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster_app import GPU_WORKER, MODEL, TOKEN, scaled_down
+from cluster_app import AUTH, FRESH, GPU_WORKER, MODEL, TOKEN, running, scaled_down
 from cluster_metrics import scrape, total
 from ray_metrics import sample_sum
 from probe_checks import Answers, assert_retryable, assert_scored_once, probe_run
@@ -29,7 +29,6 @@ from waiting import InBackground, wait_until
 
 pytestmark = [pytest.mark.slow]
 
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 BODY = {"model": MODEL, "items": [{"context": ["Hi there.", "Hello!"], "target": "How are you?"}] * 4}
 #: A hang guard for every wait, not a speed requirement.
 HANG_S = 180.0
@@ -38,13 +37,6 @@ HANG_S = 180.0
 ROUND, MOST_ROUNDS = 10, 30
 #: Engine calls let through before a failure: the probe run is under way, far from done.
 CALLS_BEFORE_KILL = 4
-#: A new connection per request: the kernel spreads connections over the nodes' proxies (they
-#: share the port), and a proxy prefers the gateway replica on its own node.
-FRESH = httpx.Limits(max_keepalive_connections=0)
-
-
-def running(cluster, deployment: str) -> list[dict]:
-    return [r for r in cluster.replicas().get(deployment, []) if r["state"] == "RUNNING"]
 
 
 def per_replica(texts: dict[str, str], name: str, replicas: list[str], **labels: str) -> dict[str, float]:
@@ -287,6 +279,8 @@ def test_a_node_whose_proxy_died_is_covered_by_the_other_nodes_proxies(cluster):
 
     new_pid = wait_until(new_proxy, "a new proxy on the node whose proxy died", HANG_S)
     replaced_s = time.monotonic() - started
+    wait_until(lambda: cluster.proxies().get(victim) == "HEALTHY",
+               "the new proxy has its routes", HANG_S)
     with httpx.Client(base_url=cluster.url, headers=AUTH, timeout=HANG_S, limits=FRESH) as http:
         statuses = [http.get("/v1/models").status_code for _ in range(ROUND)]
     assert statuses == [200] * ROUND, statuses
