@@ -200,6 +200,22 @@ REUSED_TOKENS = Metric(
     "counter", "dialscore_reused_tokens_total",
     "Item tokens not recomputed: a prefix shared by several decoder-only items (within a request "
     "or across requests merged into one engine call) or a seq2seq source encoded once.", ["model"])
+CONTEXT_CACHE_LOOKUPS = Metric(
+    "counter", "dialscore_context_cache_lookups_total",
+    "Context cache lookups of a decoder-only model replica (one per shared-prefix group of an "
+    "engine call), by `result`: `hit` found a cached prefix, `miss` none.", ["model", "result"])
+CONTEXT_CACHE_TOKENS = Metric(
+    "counter", "dialscore_context_cache_tokens_total",
+    "Prefix positions a model replica read from its context cache instead of computing them.",
+    ["model"])
+CONTEXT_CACHE_BYTES = Metric(
+    "gauge", "dialscore_context_cache_bytes",
+    "Bytes of key/value states a model replica's context cache holds (after its last engine "
+    "call; at most serving.context_cache_bytes).", ["model"])
+CONTEXT_CACHE_EVICTIONS = Metric(
+    "counter", "dialscore_context_cache_evictions_total",
+    "Context cache entries a model replica evicted (least recently used) to stay within its "
+    "bound.", ["model"])
 IN_FLIGHT = Metric("gauge", "dialscore_queue_length",
                    "Requests sent to a model deployment and not yet answered (per gateway replica).",
                    ["model"])
@@ -250,6 +266,8 @@ LANE_LATENCY = Metric(
 
 #: Every metric, for the dashboard test and documentation.
 ALL: tuple[Metric, ...] = (REQUESTS, ERRORS, LATENCY, ITEMS, TOKENS, BATCH_SIZE, BATCH_REQUESTS,
-                           BATCH_TOKENS, PADDING_WASTE, REUSED_TOKENS, IN_FLIGHT, SLOW_CLIENTS, WORK_IN_FLIGHT,
+                           BATCH_TOKENS, PADDING_WASTE, REUSED_TOKENS, CONTEXT_CACHE_LOOKUPS,
+                           CONTEXT_CACHE_TOKENS, CONTEXT_CACHE_BYTES, CONTEXT_CACHE_EVICTIONS,
+                           IN_FLIGHT, SLOW_CLIENTS, WORK_IN_FLIGHT,
                            WORK_ADMITTED, WORK_DONE, WORK_ABANDONED, WORK_SECONDS, LANE_WAITING,
                            LANE_WORK, LANE_LATENCY)

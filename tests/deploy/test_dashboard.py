@@ -32,6 +32,6 @@ def test_every_query_names_an_exported_series_and_the_panels_are_there():
     assert used and used <= exported(), used - exported()
     titles = " | ".join(p["title"].lower() for p in dash["panels"])
     for topic in ("request rate", "errors", "latency", "batch size", "padding", "tokens", "queue", "replicas",
-                  "nobody waited", "abandoned", "priority lanes"):
+                  "nobody waited", "abandoned", "priority lanes", "context cache"):
         assert topic in titles, topic
     assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])

@@ -151,8 +151,9 @@ def test_prefix_runs_once_per_group(models):
     eng = engine(models, "dialogpt-medium")
     rng = random.Random(5)
     sources = [tuple(rng.randrange(5, 500) for _ in range(n)) for n in (30, 45, 60)]
-    items = [EncodedItem(sources[k % 3], tuple(rng.randrange(5, 500) for _ in range(1 + k % 5)), False)
-             for k in range(21)]
+    # Each target starts with its own token, so no item is a prefix of another (read from its pass).
+    items = [EncodedItem(sources[k % 3], (500 + k,) + tuple(rng.randrange(5, 500) for _ in range(k % 5)),
+                         False) for k in range(21)]
     shapes = []
     hook = eng.model.base_model.register_forward_hook(
         lambda mod, args, kwargs, out: shapes.append(tuple(kwargs["input_ids"].shape)),

@@ -155,6 +155,53 @@ def test_prefix_reuse_spans_requests_merged_into_one_batch(batching):
     assert grew["dialscore_reused_tokens_total"] >= 16 * (len(items) - batches), grew
 
 
+CACHE_METRICS = {"hits": ("ray_dialscore_context_cache_lookups_total", {"result": "hit"}),
+                 "tokens": ("ray_dialscore_context_cache_tokens_total", {}),
+                 "items": ("ray_dialscore_items_scored_total", {})}
+
+
+def _cache_metrics() -> dict[str, float]:
+    texts = replica_metrics()
+    return {k: sample_sum(texts, name, application="batching", model=BATCHED, **labels)
+            for k, (name, labels) in CACHE_METRICS.items()}
+
+
+def test_a_chat_session_reuses_its_context_across_requests(batching):
+    """One request per bot turn, one after the other (so no two share an engine call): each turn's
+    context is the last one plus two turns, and the replica's context cache serves the part it
+    computed for the previous request (dialscore_context_cache_*). The NLLs are the engine's with
+    no cache and no reuse at all."""
+    turns = ["did you see the game last night, it went to extra time",
+             "I did, the keeper saved two penalties in a row, unbelievable",
+             "my brother was there, he said the noise was like nothing else",
+             "lucky him, tickets sold out in about ten minutes this year",
+             "he queued online from six in the morning to get them",
+             "that is dedication, I would have given up after an hour",
+             "he always says the same thing and then never gives up"]
+    candidates = ["what a night", "so who won in the end?", "I missed it, sadly"]
+    before = _cache_metrics()
+    got, items = [], []
+    for k in range(2, len(turns) + 1, 2):
+        body = [{"context": turns[:k], "target": c} for c in candidates]
+        r = httpx.post(f"{batching.url}/v1/nll", json={"model": BATCHED, "items": body}, timeout=60)
+        assert r.status_code == 200, r.text
+        got += [x["nll"] for x in r.json()["results"]]
+        items += body
+    plain = NLLEngine(batching.config(BATCHED), num_threads=1, prefix_reuse=False)
+    want = plain.score([NLLItem(context=tuple(i["context"]), target=i["target"]) for i in items])
+    assert got == pytest.approx([w.nll for w in want], abs=1e-4)
+
+    def grown():
+        now = _cache_metrics()
+        grew = {k: now[k] - before[k] for k in now}
+        return grew if grew["items"] >= len(items) else None
+
+    grew = wait_until(grown, "the replica's metrics reaching its node's agent")
+    requests = len(range(2, len(turns) + 1, 2))
+    assert grew["hits"] >= requests - 1, grew  # every request after the first
+    assert grew["tokens"] > 0, grew
+
+
 OK_ITEM = {"context": ["hi"], "target": "hello"}
 BAD_BODIES = [
     ("missing model", {"items": [OK_ITEM]}, 422, "model"),

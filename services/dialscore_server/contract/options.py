@@ -65,6 +65,13 @@ class ServingOptions(BaseModel):
         True, description="NLL models: compute shared work once per engine call (decoder-only: a "
         "shared token prefix and its key/value cache; encoder-decoder: each distinct source). Same "
         "numbers either way; off only to measure it.")
+    context_cache_bytes: int | None = Field(
+        None, ge=0, description="Decoder-only NLL models with prefix_reuse: bytes of key/value "
+        "states of recently computed contexts each replica keeps across requests (least recently "
+        "used evicted first; never a target position), so a context sent again (the next bot "
+        "turn's rerank, lm-eval's next answer option) is computed only where it is new. Same "
+        "numbers either way. Default: a sixteenth of the replica's device memory (GPU) or of the "
+        "machine's memory (CPU). 0: off.")
     fast_kernels: bool = Field(
         True, description="NLL models: run float32 linear layers through oneDNN where it measures "
         "faster than PyTorch's own route for the layer's shape (timed once per machine and shared "

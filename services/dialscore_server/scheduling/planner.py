@@ -7,6 +7,8 @@ token tuples only (no torch, no model).
   under the token budget, the key/value budget and the padding-waste rule.
 * :func:`share_prefixes` groups token sequences that start alike, so that each group's common
   prefix is computed once (:class:`SharedPrefixGroup`).
+* :func:`chain_hosts` finds, for each token sequence, a longer one that starts with it, whose
+  causal pass computes every position of the shorter one (a dialogue's turns scored in one pass).
 * :class:`BatchStats` is what one engine call reports about the work it did; it satisfies
   :class:`~dialscore_server.contract.reply.BatchReport`, which the metrics read.
 """
@@ -69,6 +71,13 @@ class BatchStats:
       once); 0 from the NLL engine, which does not deduplicate items.
     * ``shared_groups``/``shared_items``/``shared_prefix_tokens``: decoder-only prefix groups
       formed, the items in them, and the prefix tokens computed once for them (NLL only).
+    * ``chained_items``: decoder-only items read from a longer item's pass because their token
+      sequence is a prefix of its own (:func:`chain_hosts`; NLL only).
+    * ``cached_tokens``: prefix positions read from the replica's context cache instead of
+      computed (:mod:`~dialscore_server.nll.engine.context_cache`); ``cache_hits`` and
+      ``cache_misses``: its lookups in this call that found a prefix or none;
+      ``cache_evictions``: entries it evicted in this call; ``cache_bytes``: what it holds after
+      the call (0 without a cache).
     """
 
     items: int = 0
@@ -83,6 +92,12 @@ class BatchStats:
     shared_groups: int = 0
     shared_items: int = 0
     shared_prefix_tokens: int = 0
+    chained_items: int = 0
+    cached_tokens: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    cache_evictions: int = 0
+    cache_bytes: int = 0
     batch_sizes: list[int] = field(default_factory=list)
 
     @property
@@ -214,3 +229,25 @@ def share_prefixes(seqs: Sequence[tuple[int, ...]], min_shared_prefix: int = MIN
         j = i if p else j - 1
     groups.reverse()
     return groups, sorted(alone)
+
+
+def chain_hosts(seqs: Sequence[tuple[int, ...]], kinds: Sequence[object]) -> list[int]:
+    """For each sequence, the index of a sequence of the same kind that starts with it and is
+    not itself the start of a longer one found this way (itself when there is none): its host.
+
+    Under causal attention the hidden state at position ``j`` depends only on tokens ``0..j``,
+    so a pass over a host computes every position of every sequence it hosts: a dialogue's turn
+    ``k`` (source + target) is turn ``k + 1``'s source, and all of its turns can be read from the
+    pass of the last one. Equal sequences host each other's duplicates. Sequences are sorted, so
+    that a sequence's successor starts with it whenever any sequence does (everything between
+    two sequences that start alike starts alike too); chains are followed from the end.
+    `kinds` keep apart sequences that must not share a pass (different alternatives asked).
+    """
+    n = len(seqs)
+    order = sorted(range(n), key=lambda i: (repr(kinds[i]), seqs[i]))
+    host = list(range(n))
+    for pos in range(n - 2, -1, -1):
+        a, b = order[pos], order[pos + 1]
+        if kinds[a] == kinds[b] and seqs[b][: len(seqs[a])] == seqs[a]:
+            host[a] = host[b]
+    return host

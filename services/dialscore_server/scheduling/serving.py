@@ -72,6 +72,13 @@ class BatchReport(Protocol):
     @property
     def reused_tokens(self) -> int: ...
 
+    # The NLL engine's context cache (0 from engines without one).
+    cached_tokens: int
+    cache_hits: int
+    cache_misses: int
+    cache_evictions: int
+    cache_bytes: int
+
 
 #: One engine call: the values of `chunks` in order (None for a chunk the guard left out), and
 #: the call's statistics when the engine reports any.
@@ -117,7 +124,17 @@ class ChunkedServing(Generic[C, V]):
             metrics.BATCH_TOKENS.labels(self.model).observe(report.real_tokens)
             metrics.PADDING_WASTE.labels(self.model).observe(report.padding_waste)
             metrics.REUSED_TOKENS.labels(self.model).inc(report.reused_tokens)
+            if report.cache_hits or report.cache_misses:
+                self._record_cache(report)
         return [Outcome(v, seconds) for v in values]
+
+    def _record_cache(self, report: BatchReport) -> None:
+        """The context cache's part of an engine call's report, in the cache metrics."""
+        metrics.CONTEXT_CACHE_LOOKUPS.labels(self.model, "hit").inc(report.cache_hits)
+        metrics.CONTEXT_CACHE_LOOKUPS.labels(self.model, "miss").inc(report.cache_misses)
+        metrics.CONTEXT_CACHE_TOKENS.labels(self.model).inc(report.cached_tokens)
+        metrics.CONTEXT_CACHE_EVICTIONS.labels(self.model).inc(report.cache_evictions)
+        metrics.CONTEXT_CACHE_BYTES.labels(self.model).set(report.cache_bytes)
 
     async def serve(self, admit: Callable[[], list[C]], lane: Lane = "interactive"
                     ) -> Reply[list[V]]:

@@ -57,6 +57,17 @@ Contract (spec section 1). For a source S and a target T whose scored tokens are
   models encode each distinct source once. Callers change nothing; the numbers are those of plain
   scoring to float tolerance (tests/engines/test_prefix_reuse.py).
   :class:`~dialscore_server.scheduling.planner.BatchStats` counts the positions actually computed.
+* **Chained items** (decoder-only, with ``prefix_reuse``). An item whose token sequence (source +
+  target) is a prefix of another item's in the same call is read from that item's pass (hidden
+  state ``j`` depends only on tokens ``0..j``): a dialogue's turns, each given the turns before
+  it, cost one pass over the whole dialogue instead of O(turns²) positions; duplicates cost
+  nothing. Numbers as each item alone, to float tolerance.
+* **Context cache** (decoder-only, ``context_cache_bytes``; the service's default is on): the
+  key/value states of recently computed contexts stay on the replica across calls
+  (:mod:`~dialscore_server.nll.engine.context_cache`), and each shared-prefix group starts from
+  the longest cached prefix of its context that stops before its first scored position, so the
+  position predicting a target's first token is always computed, never read. Only source
+  positions are stored. Numbers as with the cache off, to float rounding.
 * **Numerics.** Forward passes under ``torch.inference_mode``; logits are projected only at target
   positions and log-softmaxed in float32 whatever the model's dtype. For bf16/fp16 models the
   vocabulary projection itself also runs in float32 (upcast final hidden state, float32 copy of the
@@ -68,8 +79,9 @@ Contract (spec section 1). For a source S and a target T whose scored tokens are
 
 The engine is a plain Python object: it runs without Ray; the Serve deployment wraps it. Its
 parts: :mod:`~dialscore_server.nll.engine.encoding` (items to token ids), :mod:`dialscore_server.scheduling.planner`
-(which items share a pass, shared-prefix groups), :mod:`~dialscore_server.nll.engine.forward` (the
-passes), :mod:`~dialscore_server.nll.engine.prefix_cache` (the shared prefix's key/value cache) and
+(which items share a pass, shared-prefix groups, chained items), :mod:`~dialscore_server.nll.engine.forward` (the
+passes), :mod:`~dialscore_server.nll.engine.prefix_cache` (the shared prefix's key/value cache),
+:mod:`~dialscore_server.nll.engine.context_cache` (contexts kept across calls) and
 :mod:`~dialscore_server.nll.engine.projection` (float32 vocabulary projection).
 """
 
@@ -77,16 +89,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dialscore.model_card import ModelCard
 from dialscore_server.scheduling.planner import (
-    MIN_SHARED_PREFIX, BatchStats, SharedPrefixGroup, pack, share_prefixes,
+    MIN_SHARED_PREFIX, BatchStats, SharedPrefixGroup, chain_hosts, pack, share_prefixes,
 )
 from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_threads
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.scheduling.cancellation import CallGuard
+from dialscore_server.nll.engine.context_cache import ContextCache
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLEncoder, NLLItem
 from dialscore_server.nll.engine.forward import ForwardPasses
 from dialscore_server.nll.engine.prompts import check_vocabulary, encode_prompt
@@ -111,6 +124,26 @@ def default_token_budget(device: str, width: int) -> int:
     if not str(device).startswith("cpu"):
         return GPU_TOKEN_BUDGET
     return min(16384, max(1024, 2 ** 20 // max(1, width)))
+
+
+#: The context cache's default share of the replica's memory (:func:`default_context_cache_bytes`).
+CONTEXT_CACHE_SHARE = 1 / 16
+
+
+def default_context_cache_bytes(device: str) -> int:
+    """The context cache bound when none is given: CONTEXT_CACHE_SHARE of the memory the
+    replica's model lives in (the GPU's memory on a GPU, the machine's physical memory on CPU,
+    which the replicas of one machine share: a sixteenth each leaves room for the models and
+    their passes with several replicas per machine)."""
+    import os
+
+    if not str(device).startswith("cpu"):
+        import torch
+
+        total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+    else:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(total * CONTEXT_CACHE_SHARE)
 
 
 @dataclass(frozen=True)
@@ -151,7 +184,17 @@ class NLLEngine:
             group is formed). Encoder-decoder: each distinct source is encoded once. Off: every
             item computes its whole input (the numbers are the same either way, to float
             tolerance).
-        min_shared_prefix: decoder-only prefix groups need at least this many shared tokens.
+        min_shared_prefix: decoder-only prefix groups need at least this many shared tokens;
+            also the context cache's block (its shortest prefix served).
+        context_cache_bytes: decoder-only models with `prefix_reuse`: keep the key/value states
+            of recently computed contexts across calls in a
+            :class:`~dialscore_server.nll.engine.context_cache.ContextCache` of at most this
+            many bytes, and start every shared-prefix group from the longest cached prefix of its
+            context (see :meth:`~dialscore_server.nll.engine.forward.ForwardPasses.shared`); an
+            item whose source (at least `min_shared_prefix` tokens) no other item of the call
+            shares then forms a group of its own, so its context is cached too. 0 (the default
+            here): no cache, each call on its own. None: :func:`default_context_cache_bytes`
+            (what the service uses, ``serving.context_cache_bytes``). Same numbers either way.
         fast_kernels: apply :mod:`dialscore_server.nll.engine.kernels` to the loaded model (its
             linear layers replaced by oneDNN ones where this machine's choice for the layer's
             shape is oneDNN: chosen once per machine and shared by every process on it,
@@ -165,7 +208,8 @@ class NLLEngine:
     def __init__(self, config: ModelConfig, loaded: LoadedModel | None = None, *,
                  token_budget: int | None = None, num_threads: int | None = None,
                  projection_chunk: int | None = None, prefix_reuse: bool = True,
-                 min_shared_prefix: int = MIN_SHARED_PREFIX, fast_kernels: bool = True):
+                 min_shared_prefix: int = MIN_SHARED_PREFIX, fast_kernels: bool = True,
+                 context_cache_bytes: int | None = 0):
         if config.family not in ("causal", "seq2seq"):
             raise ValueError(f"model {config.name!r} is a {config.family}; the NLL engine scores "
                              "causal and seq2seq models")
@@ -173,6 +217,8 @@ class NLLEngine:
             raise ValueError("token_budget must be positive")
         if min_shared_prefix < 1:
             raise ValueError("min_shared_prefix must be positive")
+        if context_cache_bytes is not None and context_cache_bytes < 0:
+            raise ValueError("context_cache_bytes must be 0 (off), positive, or None (default)")
         self.threads = set_threads(num_threads)
         self.config = config
         self.loaded = loaded or load_model(config)
@@ -197,6 +243,11 @@ class NLLEngine:
                                                onednn=bool(self.kernels.get("onednn_head")))
         self.prefix_reuse = prefix_reuse
         self.min_shared_prefix = min_shared_prefix
+        if context_cache_bytes is None:
+            context_cache_bytes = default_context_cache_bytes(self.loaded.device)
+        self.context_cache = (
+            ContextCache(context_cache_bytes, block=min_shared_prefix)
+            if context_cache_bytes and prefix_reuse and config.family == "causal" else None)
         tok = self.tokenizer
         self.encoder = NLLEncoder(
             config, tok,
@@ -212,7 +263,8 @@ class NLLEngine:
     def from_options(cls, config: ModelConfig, options: ServingOptions) -> NLLEngine:
         """The engine as a deployment serves it (see :class:`~dialscore_server.contract.engine.Engine`)."""
         return cls(config, token_budget=options.token_budget, num_threads=options.num_threads,
-                   prefix_reuse=options.prefix_reuse, fast_kernels=options.fast_kernels)
+                   prefix_reuse=options.prefix_reuse, fast_kernels=options.fast_kernels,
+                   context_cache_bytes=options.context_cache_bytes)
 
     def card(self) -> ModelCard:
         c, loaded = self.config, self.loaded
@@ -250,12 +302,19 @@ class NLLEngine:
         `after` in the call: its whole input (``cost``; seq2seq adds the unscored decoder inputs
         before the target), less its source when the source repeats `after`'s and prefix reuse
         computes it once (decoder-only: a source of at least ``min_shared_prefix`` tokens, which
-        then heads a shared-prefix group). A lower bound on sharing: items of one call that share
-        a source without being adjacent, or share more than their source, are shared too. What
+        then heads a shared-prefix group); decoder-only, when `after`'s whole sequence (source +
+        target, same ``top_k``) starts `item`'s, only the tokens `item` adds (`after` is read
+        from `item`'s pass: a dialogue's next turn). A lower bound on sharing: items of one call
+        that share a source without being adjacent, or share more than their source, are shared
+        too, and the context cache is not counted (what it holds may be evicted by then). What
         the serving sizes its chunks and batches by (engine time follows computed positions, not
         item tokens)."""
         causal = self.config.family == "causal"
         whole = item.cost + (0 if causal else len(self.encoder.decoder_prefix) - 1)
+        if causal and self.prefix_reuse and after is not None and after.top_k == item.top_k:
+            before = after.source_ids + after.target_ids
+            if before == (item.source_ids + item.target_ids)[: len(before)]:
+                return max(1, whole - len(before))
         if (self.prefix_reuse and after is not None and after.source_ids == item.source_ids
                 and (not causal or len(item.source_ids) >= self.min_shared_prefix)):
             return max(1, whole - len(item.source_ids))
@@ -289,52 +348,106 @@ class NLLEngine:
         stats.item_tokens = sum(e.cost + dec_extra for e in encoded)
         stats.target_tokens = sum(len(e.target_ids) for e in encoded)
         stats.truncated = sum(e.truncated for e in encoded)
-        guard = (guard or CallGuard()).over(None)
+        rows, owners, offsets = self._rows(encoded) if causal and self.prefix_reuse else (
+            list(encoded), None, [0] * len(encoded))
+        stats.chained_items = len(encoded) - len(rows)
+        guard = (guard or CallGuard()).over(owners)
+        cache = self.context_cache
+        before = replace(cache.stats) if cache is not None else None
 
         def finish(batch: Sequence[int], logprobs: Sequence[list[float] | None]) -> None:
-            for i, lp in zip(batch, logprobs):
+            for r, lp in zip(batch, logprobs):
                 if lp is None:
                     continue
-                row = encoded[i]
-                alternatives = None
-                if lp and isinstance(lp[0], ScoredPosition):
-                    if row.top_k:
-                        alternatives = [p.alternatives for p in lp]
-                    lp = [p.logprob for p in lp]
-                token_nlls = [-x for x in lp]
-                results[i] = NLLResult(
-                    nll=math.fsum(token_nlls) / len(token_nlls), token_nlls=token_nlls,
-                    token_ids=list(row.target_ids), num_tokens=len(token_nlls),
-                    source_tokens=len(row.source_ids), truncated=row.truncated,
-                    alternatives=alternatives,
-                )
+                for i in (owners[r] if owners is not None else (r,)):
+                    results[i] = self._result(encoded[i], lp[offsets[i]:
+                                                             offsets[i] + len(encoded[i].target_ids)])
             stats.batches += 1
-            stats.batch_sizes.append(len(batch))
+            stats.batch_sizes.append(sum(len(owners[r]) for r in batch) if owners is not None
+                                     else len(batch))
 
         with torch.inference_mode():
             groups: list[SharedPrefixGroup] = []
-            alone: list[int] = list(range(len(encoded)))
+            alone: list[int] = list(range(len(rows)))
             if causal and self.prefix_reuse:
-                groups, alone = share_prefixes([e.source_ids + e.target_ids for e in encoded],
+                groups, alone = share_prefixes([e.source_ids + e.target_ids for e in rows],
                                                self.min_shared_prefix)
+                if cache is not None:  # a long context alone is a group too: cached for later
+                    own = [i for i in alone if len(rows[i].source_ids) >= self.min_shared_prefix]
+                    groups += [SharedPrefixGroup(len(rows[i].source_ids), (i,)) for i in own]
+                    alone = [i for i in alone if i not in set(own)]
             for planned in self._plan_shared(groups):
                 unit = [g for g in planned if guard.any_wanted(g.items)]
                 if unit:
                     batch = [i for g in unit for i in g.items]
-                    finish(batch, self.passes.shared(encoded, unit, stats, self.token_budget, guard))
-            subset = [encoded[i] for i in alone]
+                    finish(batch, self.passes.shared(rows, unit, stats, self.token_budget, guard,
+                                                     cache))
+            subset = [rows[i] for i in alone]
             for planned_rows in self._plan(subset):
                 batch = guard.keep([alone[k] for k in planned_rows])
                 if not batch:
                     continue
-                rows = [encoded[i] for i in batch]
-                with guard.forward(batch, [r.cost for r in rows]):
+                batch_rows = [rows[i] for i in batch]
+                with guard.forward(batch, [r.cost for r in batch_rows]):
                     if causal:
-                        logprobs = self.passes.causal(rows, stats)
+                        logprobs = self.passes.causal(batch_rows, stats)
                     else:
-                        logprobs = self.passes.seq2seq(rows, stats, encode_once=self.prefix_reuse)
+                        logprobs = self.passes.seq2seq(batch_rows, stats,
+                                                       encode_once=self.prefix_reuse)
                 finish(batch, logprobs)
+        if cache is not None and before is not None:
+            stats.cache_hits = cache.stats.hits - before.hits
+            stats.cache_misses = cache.stats.misses - before.misses
+            stats.cache_evictions = cache.stats.evictions - before.evictions
+            stats.cache_bytes = cache.stats.bytes
         return results, stats
+
+    @staticmethod
+    def _result(row: EncodedItem, lp: Sequence[Any]) -> NLLResult:
+        """`row`'s result from the log-probabilities of its target tokens (floats, or
+        ScoredPosition records)."""
+        alternatives = None
+        if lp and isinstance(lp[0], ScoredPosition):
+            if row.top_k:
+                alternatives = [p.alternatives for p in lp]
+            lp = [p.logprob for p in lp]
+        token_nlls = [-x for x in lp]
+        return NLLResult(
+            nll=math.fsum(token_nlls) / len(token_nlls), token_nlls=token_nlls,
+            token_ids=list(row.target_ids), num_tokens=len(token_nlls),
+            source_tokens=len(row.source_ids), truncated=row.truncated,
+            alternatives=alternatives)
+
+    @staticmethod
+    def _rows(encoded: Sequence[EncodedItem]
+              ) -> tuple[list[EncodedItem], list[list[int]] | None, list[int]]:
+        """The rows a decoder-only call computes: (rows, the items each row stands for or None
+        when every item is its own row, each item's offset in its row's target).
+
+        An item whose source + target is a prefix of another item's (same ``top_k``) is read
+        from that item's pass (:func:`~dialscore_server.scheduling.planner.chain_hosts`): the
+        host's row keeps its tokens but scores from the shortest source of its members on, so
+        its target covers every member's target positions; member ``i``'s log-probabilities are
+        the row's, from offset ``len(source_i) - len(row source)`` for ``len(target_i)`` tokens.
+        A row may score positions none of its members asks for (between two members' targets);
+        their projections are discarded."""
+        seqs = [e.source_ids + e.target_ids for e in encoded]
+        host = chain_hosts(seqs, [e.top_k for e in encoded])
+        if all(h == i for i, h in enumerate(host)):
+            return list(encoded), None, [0] * len(encoded)
+        members: dict[int, list[int]] = {}
+        for i, h in enumerate(host):
+            members.setdefault(h, []).append(i)
+        rows, owners, offsets = [], [], [0] * len(encoded)
+        for h, group in members.items():
+            start = min(len(encoded[i].source_ids) for i in group)
+            e = encoded[h]
+            rows.append(e if len(group) == 1 else EncodedItem(
+                seqs[h][:start], seqs[h][start:], truncated=False, top_k=e.top_k))
+            owners.append(group)
+            for i in group:
+                offsets[i] = len(encoded[i].source_ids) - start
+        return rows, owners, offsets
 
     def encode_prompt(self, prompt: str | Sequence[int], append_next: bool, top_k: int
                       ) -> EncodedItem:

@@ -15,7 +15,8 @@ from typing import Any
 from dialscore_server.scheduling.planner import KV_BUDGET_FACTOR, BatchStats, SharedPrefixGroup, chunk_passes
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.nll.engine.encoding import EncodedItem
-from dialscore_server.nll.engine.prefix_cache import expanded_prefix_cache
+from dialscore_server.nll.engine.context_cache import ContextCache
+from dialscore_server.nll.engine.prefix_cache import expanded_prefix_cache, padded_past
 
 #: log P(targets[k] | hidden[k]) for each selected position k (a VocabularyProjection); with a
 #: third argument (top-k counts per position), ScoredPosition records instead of floats.
@@ -140,8 +141,8 @@ class ForwardPasses:
         return _split(flat, [len(r.target_ids) for r in rows])
 
     def shared(self, encoded: Sequence[EncodedItem], unit: Sequence[SharedPrefixGroup],
-               stats: BatchStats, token_budget: int, guard: CallGuard | None = None
-               ) -> list[list[float] | None]:
+               stats: BatchStats, token_budget: int, guard: CallGuard | None = None,
+               cache: ContextCache | None = None) -> list[list[float] | None]:
         """Score the items of `unit` (in group order): each group's prefix once with its key/value
         cache, then every item's continuation against its group's cached prefix.
 
@@ -152,6 +153,12 @@ class ForwardPasses:
         Prefix pass: the groups' prefixes, right-padded, ``use_cache=True``. Target tokens whose
         predicting position lies inside the prefix (always the first one when the prefix is the
         whole source: the prefix's last hidden state predicts it) are projected from this pass.
+        With a context `cache`, each group's prefix starts from the longest cached prefix of it
+        that stops before the group's first predicting position (the shortest source of the group
+        less one token, and at least one token short of the prefix): those positions' keys/values
+        are read from the cache (left-aligned, padded to the longest, masked), the pass computes
+        the rest with position ids continuing from there, and afterwards each group's context
+        (its prefix up to its shortest source: never a target position) is stored in the cache.
         Continuation passes (:func:`~dialscore_server.scheduling.planner.chunk_passes` under `token_budget`
         and KV_BUDGET_FACTOR × `token_budget`): each item's remaining tokens, right-padded;
         position ids continue from the group's prefix length; the attention mask is the group's
@@ -163,14 +170,24 @@ class ForwardPasses:
 
         device = self.device
         seqs = {i: encoded[i].source_ids + encoded[i].target_ids for g in unit for i in g.items}
-        width = max(g.length for g in unit)
+        contexts = [min(g.length, *(len(encoded[i].source_ids) for i in g.items)) for g in unit]
+        hits = [cache.lookup(seqs[g.items[0]][: g.length], min(g.length, c) - 1)
+                if cache is not None else None for g, c in zip(unit, contexts)]
+        past = [h.length if h else 0 for h in hits]
+        past_width = max(past)
+        width = max(g.length - p for g, p in zip(unit, past))
         ids = torch.full((len(unit), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(unit), width), dtype=torch.long)
-        for k, g in enumerate(unit):
-            ids[k, : g.length] = torch.tensor(seqs[g.items[0]][: g.length])
-            mask[k, : g.length] = 1
-        stats.real_tokens += sum(g.length for g in unit)
+        mask = torch.zeros((len(unit), past_width + width), dtype=torch.long)
+        positions = torch.arange(width).repeat(len(unit), 1)
+        for k, (g, p) in enumerate(zip(unit, past)):
+            ids[k, : g.length - p] = torch.tensor(seqs[g.items[0]][p: g.length])
+            mask[k, :p] = 1
+            mask[k, past_width: past_width + g.length - p] = 1
+            positions[k] += p
+        positions.clamp_(max=self.max_positions - 1)  # padding slots only; real positions fit
+        stats.real_tokens += sum(g.length - p for g, p in zip(unit, past))
         stats.padded_tokens += ids.numel()
+        stats.cached_tokens += sum(past)
         stats.forward_passes += 1
         stats.shared_groups += len(unit)
         stats.shared_items += sum(len(g.items) for g in unit)
@@ -178,11 +195,26 @@ class ForwardPasses:
         mask = mask.to(device)
         guard = guard or CallGuard()
         order = [i for g in unit for i in g.items]
-        # Right-padded prefixes: no padding mask needed (see `causal`); the continuation passes
-        # below mask the prefix padding, which there lies before real positions.
-        with guard.forward(order, [g.length / len(g.items) for g in unit for _ in g.items]):
-            out = self.model.base_model(input_ids=ids.to(device), attention_mask=None,
-                                        use_cache=True)
+        with guard.forward(order, [(g.length - p) / len(g.items) for g, p in zip(unit, past)
+                                   for _ in g.items]):
+            if past_width:
+                out = self.model.base_model(
+                    input_ids=ids.to(device), attention_mask=mask,
+                    position_ids=positions.to(device),
+                    past_key_values=padded_past(hits, past_width, device), use_cache=True)
+            else:
+                # Right-padded prefixes: no padding mask needed (see `causal`); the continuation
+                # passes below mask the prefix padding, which there lies before real positions.
+                out = self.model.base_model(input_ids=ids.to(device), attention_mask=None,
+                                            use_cache=True)
+        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        if cache is not None:
+            for k, (g, p, c) in enumerate(zip(unit, past, contexts)):
+                if c > p:
+                    cache.insert(seqs[g.items[0]][:c], [
+                        (torch.cat([keys[k, :, :p], keys[k, :, past_width: past_width + c - p]], 1),
+                         torch.cat([vals[k, :, :p], vals[k, :, past_width: past_width + c - p]], 1))
+                        for keys, vals in kv])
 
         # Targets predicted from inside the prefix; the rest continue below.
         want = any(encoded[i].top_k for i in order)
@@ -196,7 +228,7 @@ class ForwardPasses:
                 n = max(0, min(g.length - s + 1, m))
                 n_pre[i] = n
                 rows += [k] * n
-                cols += range(s - 1, s - 1 + n)
+                cols += range(s - 1 - past[k], s - 1 - past[k] + n)
                 targets += e.target_ids[:n]
                 ks += [e.top_k] * n
                 conts.append((i, k, g.length))
@@ -207,13 +239,12 @@ class ForwardPasses:
                 hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)],
                 torch.tensor(targets, device=device), ks, want)
             pre = dict(zip(order, _split(flat, [n_pre[i] for i in order])))
-        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
         del out
 
         post: dict[int, list[float]] = {}
         conts.sort(key=lambda c: len(seqs[c[0]]) - c[2])
         for planned in chunk_passes(conts, lambda c: len(seqs[c[0]]) - c[2], token_budget,
-                                    width, KV_BUDGET_FACTOR * token_budget):
+                                    past_width + width, KV_BUDGET_FACTOR * token_budget):
             live = set(guard.keep([i for i, _, _ in planned]))
             chunk = [c for c in planned if c[0] in live]
             if not chunk:
