@@ -121,6 +121,19 @@ class ContextCache:
         self.stats.hit_tokens += n
         return CachedPrefix(n, [(k[:, :n], v[:, :n]) for k, v in self._entries[eid].states])
 
+    def probe(self, tokens: Sequence[int], limit: int) -> int:
+        """The length :meth:`lookup` would return for `tokens` and `limit` (0 for a miss), without
+        counting it or touching the recency order."""
+        tokens = tuple(tokens)
+        limit = min(limit, len(tokens))
+        n = max((min(limit, common_prefix(self._entries[eid].tokens, tokens))
+                 for eid in self._deepest_block(tokens, limit // self.block)), default=0)
+        return n if n >= self.block else 0
+
+    def count_misses(self, n: int) -> None:
+        """Count `n` lookups that the caller settled with :meth:`probe` as misses."""
+        self.stats.misses += n
+
     def _deepest_block(self, tokens: tuple[int, ...], blocks: int) -> list[int]:
         """Entry ids registered under `tokens`' longest block prefix (of at most `blocks` blocks)
         that any entry has; none when not even the first block is cached."""

@@ -191,8 +191,9 @@ class NLLEngine:
             :class:`~dialscore_server.nll.engine.context_cache.ContextCache` of at most this
             many bytes, and start every shared-prefix group from the longest cached prefix of its
             context (see :meth:`~dialscore_server.nll.engine.forward.ForwardPasses.shared`); an
-            item whose source (at least `min_shared_prefix` tokens) no other item of the call
-            shares then forms a group of its own, so its context is cached too. 0 (the default
+            item that shares its context with no other item of the call forms a group of its own
+            when the cache holds a prefix of its context, and otherwise runs in a plain pass that
+            stores its context (sources of at least `min_shared_prefix` tokens). 0 (the default
             here): no cache, each call on its own. None: :func:`default_context_cache_bytes`
             (what the service uses, ``serving.context_cache_bytes``). Same numbers either way.
         fast_kernels: apply :mod:`dialscore_server.nll.engine.kernels` to the loaded model (its
@@ -372,10 +373,16 @@ class NLLEngine:
             if causal and self.prefix_reuse:
                 groups, alone = share_prefixes([e.source_ids + e.target_ids for e in rows],
                                                self.min_shared_prefix)
-                if cache is not None:  # a long context alone is a group too: cached for later
-                    own = [i for i in alone if len(rows[i].source_ids) >= self.min_shared_prefix]
+                if cache is not None:
+                    # An item alone whose context is cached is a group of its own (its prefix
+                    # pass starts from the cache); the others run in plain passes, which store
+                    # their contexts (counted as misses here).
+                    own = {i for i in alone if cache.probe(
+                        rows[i].source_ids + rows[i].target_ids, len(rows[i].source_ids) - 1)}
                     groups += [SharedPrefixGroup(len(rows[i].source_ids), (i,)) for i in own]
-                    alone = [i for i in alone if i not in set(own)]
+                    alone = [i for i in alone if i not in own]
+                    cache.count_misses(sum(len(rows[i].source_ids) >= cache.block
+                                           for i in alone))
             for planned in self._plan_shared(groups):
                 unit = [g for g in planned if guard.any_wanted(g.items)]
                 if unit:
@@ -390,7 +397,7 @@ class NLLEngine:
                 batch_rows = [rows[i] for i in batch]
                 with guard.forward(batch, [r.cost for r in batch_rows]):
                     if causal:
-                        logprobs = self.passes.causal(batch_rows, stats)
+                        logprobs = self.passes.causal(batch_rows, stats, cache)
                     else:
                         logprobs = self.passes.seq2seq(batch_rows, stats,
                                                        encode_once=self.prefix_reuse)

@@ -52,9 +52,11 @@ class ForwardPasses:
             window, getattr(model.config, "max_position_embeddings", None) or window)
         self.project = project
 
-    def causal(self, rows: Sequence[EncodedItem], stats: BatchStats) -> list[list[float]]:
+    def causal(self, rows: Sequence[EncodedItem], stats: BatchStats,
+               cache: ContextCache | None = None) -> list[list[float]]:
         """Decoder-only: one sequence ``source + target`` per row; logits at position j predict
-        token j+1."""
+        token j+1. With a context `cache`, the pass keeps its keys/values and each row's source
+        (when at least a cache block long) is stored in the cache."""
         import torch
 
         device = self.device
@@ -75,9 +77,17 @@ class ForwardPasses:
         # Right padding under causal attention: a real position attends only to earlier positions,
         # all real, so the padding mask changes nothing a scored position sees; without it the
         # attention runs the fused causal kernel instead of a masked one.
-        hidden = self.model.base_model(
-            input_ids=ids.to(device), attention_mask=None, use_cache=False
-        ).last_hidden_state
+        out = self.model.base_model(input_ids=ids.to(device), attention_mask=None,
+                                    use_cache=cache is not None)
+        if cache is not None:
+            kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+            for b, r in enumerate(rows):
+                s = len(r.source_ids)
+                if s >= cache.block:
+                    cache.insert(r.source_ids, [(k[b, :, :s], v[b, :, :s]) for k, v in kv])
+            del kv
+        hidden = out.last_hidden_state
+        del out
         sel = hidden[torch.tensor(gather_rows, device=device), torch.tensor(gather_cols, device=device)]
         flat = self._project(sel, torch.tensor(targets, device=device), ks, any(r.top_k for r in rows))
         return _split(flat, [len(r.target_ids) for r in rows])
