@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from ray_metrics import replica_metrics, sample_sum
+from ray_metrics import replica_metrics
 from serve_apps import ONE_THREAD, app_args, deploy_app, wait_until
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
