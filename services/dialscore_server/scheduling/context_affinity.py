@@ -125,6 +125,8 @@ class ContextAffinityRouter(RequestRouter):
     max_owner_queue: int = MAX_OWNER_QUEUE
 
     def initialize_state(self, max_owner_queue: int = MAX_OWNER_QUEUE) -> None:
+        """Serve calls this with the deployment's ``request_router_kwargs``; a bound below 0 is
+        refused (ValueError), an unknown kwarg too (TypeError)."""
         if max_owner_queue < 0:
             raise ValueError(f"max_owner_queue must be at least 0, not {max_owner_queue}")
         self.max_owner_queue = max_owner_queue
