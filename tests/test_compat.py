@@ -217,3 +217,49 @@ def test_entry_start_gcs_server():
     start = getattr(Node, "start_gcs_server", None)
     if not callable(start) or list(inspect.signature(start).parameters) != ["self"]:
         broken("start_gcs_server", "Node.start_gcs_server(self) is gone or takes arguments")
+
+
+def _router():
+    """A context-affinity router outside any handle, its queue-length cache on."""
+    from ray.serve._private.common import DeploymentHandleSource, DeploymentID
+
+    from dialscore_server.scheduling.context_affinity import ContextAffinityRouter
+
+    return ContextAffinityRouter(deployment_id=DeploymentID(name="nll-x", app_name="x"),
+                                 handle_source=DeploymentHandleSource.UNKNOWN,
+                                 use_replica_queue_len_cache=True)
+
+
+def test_entry_cached_queue_len():
+    from ray.serve.request_router import ReplicaID, RequestRouter
+
+    if not isinstance(getattr(RequestRouter, "replica_queue_len_cache", None), property):
+        broken("cached_queue_len", "RequestRouter.replica_queue_len_cache is gone: the affinity "
+               "router probes every request's owner")
+    router = _router()
+    replica = ReplicaID("r1", router._deployment_id)
+    assert compat.cached_queue_len(router, replica) is None
+    router.on_new_queue_len_info(replica, 3)  # what Serve calls with a replica's answer
+    if compat.cached_queue_len(router, replica) != 3:
+        broken("cached_queue_len", "replica_queue_len_cache.get(replica_id) no longer returns "
+               "what on_new_queue_len_info recorded")
+    router.on_send_request(replica)
+    assert compat.cached_queue_len(router, replica) == 4
+
+
+def test_entry_request_backoff():
+    import asyncio
+
+    from ray.serve.request_router import PendingRequest, RequestRouter
+
+    async def pending():
+        return PendingRequest(args=[], kwargs={}, metadata=None)
+
+    request = asyncio.run(pending())
+    if not compat.request_backoff(request) or request.routing_context.should_backoff is not True:
+        broken("request_backoff", "PendingRequest.routing_context.should_backoff is gone: a "
+               "request that finds every replica full is retried without backoff")
+    loop = inspect.getsource(RequestRouter._choose_replicas_with_backoff)
+    if "routing_context.should_backoff" not in loop:
+        broken("request_backoff", "Serve's routing loop no longer reads "
+               "routing_context.should_backoff: setting it no longer asks for a backoff")

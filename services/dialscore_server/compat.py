@@ -24,6 +24,9 @@ kill_gcs_server           Ray           ``ray._private.node.Node.kill_gcs_server
                                         local cluster only)
 start_gcs_server          Ray           ``ray._private.node.Node.start_gcs_server`` (the test
                                         suite's local cluster only)
+cached_queue_len          Ray Serve     ``RequestRouter.replica_queue_len_cache`` (public) and
+                                        its ``get(replica_id)`` (undocumented)
+request_backoff           Ray Serve     ``PendingRequest.routing_context.should_backoff``
 ========================  ============  ======================================================
 
 Nothing here imports torch, transformers or Ray at module level: the gateway imports this module
@@ -38,7 +41,8 @@ from typing import Any
 #: The entries of this module, for the guard tests.
 ENTRIES = ("replica_accepted", "onednn_linear", "quantized_linear_prepack",
            "quantized_linear_dynamic", "prefix_cache_layer", "session_logs_dir",
-           "fake_head_node_id", "kill_gcs_server", "start_gcs_server")
+           "fake_head_node_id", "kill_gcs_server", "start_gcs_server", "cached_queue_len",
+           "request_backoff")
 
 
 def replica_accepted(response: Any) -> Awaitable[Any] | None:
@@ -213,3 +217,45 @@ def start_gcs_server(head_node: Any) -> int:
     head_node.start_gcs_server()
     (info,) = head_node.all_processes[ray_constants.PROCESS_TYPE_GCS_SERVER]
     return int(info.process.pid)
+
+
+# --------------------------------------------------------------------- context-affinity router
+def cached_queue_len(router: Any, replica_id: Any) -> int | None:
+    """The queue length of the replica `replica_id` in the queue-length cache of `router` (a
+    ``ray.serve.request_router.RequestRouter``), or None when it has no fresh entry or this Ray
+    has no such cache.
+
+    Why: the context-affinity router
+    (:class:`~dialscore_server.scheduling.context_affinity.ContextAffinityRouter`) decides whether
+    a request's owner is busy before it ranks the replicas. Serve keeps each handle's view of every
+    replica's ongoing requests in that cache (one more per request sent, one less per request
+    finished, refreshed by probes, forgotten after ``RAY_SERVE_QUEUE_LENGTH_CACHE_TIMEOUT_S``);
+    ``replica_queue_len_cache`` is a documented attribute of the public ``RequestRouter``, but the
+    cache's own ``get`` is not documented (``ray.serve.llm``'s prefix-aware router reads the same
+    cache). Without it the router probes the owner for every request (public
+    ``RunningReplica.get_queue_len``): one more round trip per request, same decisions."""
+    cache = getattr(router, "replica_queue_len_cache", None)
+    get = getattr(cache, "get", None)
+    if get is None:
+        return None
+    value = get(replica_id)
+    return value if isinstance(value, int) else None
+
+
+def request_backoff(pending_request: Any) -> bool:
+    """Ask Serve to back off before routing `pending_request` (a
+    ``ray.serve.request_router.PendingRequest``) again when no replica it was offered took it;
+    whether this Ray has the switch.
+
+    Why: Serve's routing loop calls ``choose_replicas`` again at once, without its backoff, unless
+    the request's ``routing_context.should_backoff`` is set; Serve's own locality mixin sets it
+    once it offers every replica. A router without that mixin (the context-affinity router: an
+    owner on another node is still the owner) sets it itself, or a request that finds every
+    replica full is offered to them again in a tight loop of queue-length probes. The attribute
+    is documented only as "context for request routing". Without it such a request retries
+    without backoff (correct, but it probes the full replicas continuously)."""
+    context = getattr(pending_request, "routing_context", None)
+    if context is None or not hasattr(context, "should_backoff"):
+        return False
+    context.should_backoff = True
+    return True

@@ -14,6 +14,7 @@ Traffic goes to the Serve proxies on 127.0.0.1 only, bounded in count (a few hun
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,7 @@ from waiting import InBackground, wait_until
 pytestmark = [pytest.mark.slow]
 
 BODY = {"model": MODEL, "items": [{"context": ["Hi there.", "Hello!"], "target": "How are you?"}] * 4}
+
 #: A hang guard for every wait, not a speed requirement.
 HANG_S = 180.0
 #: Requests per round, and rounds at most, until every replica has answered some: a bound on
@@ -37,6 +39,12 @@ HANG_S = 180.0
 ROUND, MOST_ROUNDS = 10, 30
 #: Engine calls let through before a failure: the probe run is under way, far from done.
 CALLS_BEFORE_KILL = 4
+
+
+def body(n: int) -> dict[str, Any]:
+    """BODY in a conversation of its own (`n`): affinity routing sends every request of one
+    context to the same model replica, and the test needs both replicas to answer some."""
+    return {**BODY, "items": [{**item, "context": [f"Hi there, {n}.", "Hello!"]} for item in BODY["items"]]}
 
 
 def per_replica(texts: dict[str, str], name: str, replicas: list[str], **labels: str) -> dict[str, float]:
@@ -106,8 +114,10 @@ def test_requests_are_served_on_two_nodes_and_metrics_total_exactly(cluster):
         return got
 
     with httpx.Client(base_url=cluster.url, headers=AUTH, timeout=HANG_S, limits=FRESH) as http:
+        sent = itertools.count()
+
         def send_round() -> None:
-            statuses = [http.post("/v1/nll", json=BODY).status_code for _ in range(ROUND)]
+            statuses = [http.post("/v1/nll", json=body(next(sent))).status_code for _ in range(ROUND)]
             assert statuses == [200] * ROUND, statuses
 
         n, got = until_every_replica_answers(send_round, counted, "requests")

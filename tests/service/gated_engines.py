@@ -12,6 +12,7 @@ in the replica); the replicas import this module because the session fixture put
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,6 +56,19 @@ class GatedNLLEngine(FakeNLLEngine):
     def score_encoded(self, encoded: Sequence[Any], guard=None):
         ray.get(gate().enter.remote([(e.item or {}).get("target", "") for e in encoded], caller()))
         return super().score_encoded(encoded, guard)
+
+
+def replica_pid(model: str, item: dict[str, Any]) -> float:
+    """A fake NLL: the process id of the replica computing it."""
+    return float(os.getpid())
+
+
+class PidGatedNLLEngine(GatedNLLEngine):
+    """:class:`GatedNLLEngine` whose every NLL is the process id of the replica that computed
+    it: each response says which replica served it."""
+
+    def __init__(self, card: Any, scorer: Any = replica_pid):
+        super().__init__(card, scorer)
 
 
 class GatedDetector(FakeDetector):

@@ -1,14 +1,14 @@
 """Every replica of a model computes the same numbers for the same request: two replicas of one
 stand-in (weights re-initialised at std 0.3, so numbers vary by token; CPU kernels on, as served
-by default), the same request sent until both replicas have answered it, every answer identical
-to the last bit."""
+by default), the same request sent until both replicas have answered it (affinity routing off, so
+that it reaches both), every answer identical to the last bit."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from ray_metrics import replica_metrics, sample_sum
+from ray_metrics import replica_metrics
 from serve_apps import ONE_THREAD, app_args, deploy_app, wait_until
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
@@ -38,7 +38,8 @@ def test_two_replicas_of_a_model_answer_the_same_request_identically(served, sta
     args = app_args(stand_ins, models=[
         {"name": "dialogpt-medium", "serve_as": MODEL,
          "overrides": {"source": str(sharp_stand_ins["gpt2"])},
-         "serving": {**ONE_THREAD, "num_replicas": 2}}])
+         # Serve's default router: affinity routing would keep the one request on one replica.
+         "serving": {**ONE_THREAD, "num_replicas": 2, "affinity_routing": False}}])
     with deploy_app(served, "twins", args) as app:
         answers: list[list[list[float]]] = []
         fresh = httpx.Limits(max_keepalive_connections=0)

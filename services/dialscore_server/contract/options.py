@@ -98,6 +98,20 @@ class ServingOptions(BaseModel):
         "most this much (NLL models: computed positions; classifiers: NLI pairs), so an "
         "interactive request arriving while it runs waits for less. Default: max_batch_tokens "
         "(the whole budget).")
+    affinity_routing: bool = Field(
+        True, description="NLL models: callers route requests whose contexts start alike (the "
+        "first 256 characters of the first item's knowledge and turns or source, or of a "
+        "completion's first prompt) to the same replica, its owner by rendezvous hashing over the "
+        "live replicas, so that the replica's context cache serves them; a request whose owner "
+        "holds more than `affinity_max_owner_queue` requests, or that has no context, goes to the "
+        "less loaded of two other replicas "
+        "(services/dialscore_server/scheduling/context_affinity.py). Off: Serve's default router "
+        "(power of two choices). Classifiers ignore it.")
+    affinity_max_owner_queue: int = Field(
+        8, ge=0, description="NLL models with affinity routing: the most requests (running or "
+        "queued, as the caller's router counts them) a context's owner may hold and still be "
+        "given another of that context; beyond it the request goes to a less loaded replica and "
+        "computes its context afresh.")
 
     def lane_policy(self, chunk: int) -> LanePolicy:
         """The priority-lane policy of this model's replicas, where `chunk` is the size of its

@@ -16,11 +16,13 @@ from dialscore_server.gateway.args import AppArgs
 from dialscore_server.gateway.deployment import Gateway
 from dialscore_server.nll.deployment import NLLDeployment
 from dialscore_server.rerank.deployment import RerankDeployment
+from dialscore_server.scheduling.context_affinity import router_config
 
 
 def build_app(args: AppArgs) -> serve.Application:
     """The Serve application for `args`."""
-    nll = {cfg.name: NLLDeployment.options(**serve_options(f"nll-{cfg.name}", opts)).bind(
+    nll = {cfg.name: NLLDeployment.options(
+        **serve_options(f"nll-{cfg.name}", opts), **nll_routing(opts)).bind(
         cfg.model_dump(), opts.model_dump()) for cfg, opts in args.model_configs()}
     classifiers = {cfg.name: ContradictionDeployment.options(
         **serve_options(f"nli-{cfg.name}", opts)).bind(cfg.model_dump(), opts.model_dump())
@@ -52,3 +54,11 @@ def serve_options(name: str, opts: ServingOptions) -> dict[str, Any]:
     else:
         options["num_replicas"] = opts.num_replicas
     return options
+
+
+def nll_routing(opts: ServingOptions) -> dict[str, Any]:
+    """Serve deployment options that route an NLL deployment's requests: the context-affinity
+    router where `opts.affinity_routing` is on, else none (Serve's default router)."""
+    if not opts.affinity_routing:
+        return {}
+    return {"request_router_config": router_config(opts.affinity_max_owner_queue)}

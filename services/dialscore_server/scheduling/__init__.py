@@ -17,5 +17,11 @@ One request's path, called one way, top to bottom:
 4. the endpoint's ``run`` computes the merged chunks in forward passes the engine plans with
    :mod:`.planner` (token budgets, shared prefixes).
 
-Nothing here imports Ray or torch at module import; endpoints supply only ``admit`` and ``run``.
+Which replica a request reaches is decided before all this, in the caller's Serve handle:
+:mod:`.context_affinity` is a Serve request router that sends requests whose contexts start alike
+to the same NLL replica.
+
+Nothing here imports Ray or torch at module import but :mod:`.context_affinity` (it subclasses
+Serve's router, and runs in the callers, not in the replica); endpoints supply only ``admit`` and
+``run``.
 """

@@ -1,0 +1,178 @@
+"""Context-affinity routing of NLL requests: a Ray Serve request router that sends requests whose
+contexts start alike to the same replica, so that the replica's context cache (key/value states of
+the token prefixes it computed recently) serves them.
+
+It plugs in through Serve's public extension point (``ray.serve.request_router``), as
+``ray.serve.llm``'s prefix-aware router does: a deployment names the router class in its
+``request_router_config`` (:func:`router_config`), and every handle to the deployment (the
+gateway's, the reranker's) routes with its own instance of it, in the caller's process.
+
+For each request:
+
+1. :func:`affinity_key` hashes the *head* of the request's context: its first
+   :data:`HEAD_CHARS` characters (token-id prompts: first :data:`HEAD_TOKEN_IDS` ids). A chat
+   session whose context grows by a turn each request keeps its key once its context is that
+   long, and so do lm-eval's requests that share one context. A request with no context has no
+   key and goes to the least-loaded replica (power of two choices, as Serve's default router).
+2. :func:`owner_of` picks the key's *owner* among the live replicas by rendezvous
+   (highest-random-weight) hashing: adding or removing a replica moves only the keys it gains or
+   held, and a dead replica's keys spread over the others (it loses only its cache).
+3. :func:`owner_is_busy` falls back to the least-loaded of two other replicas when the owner's
+   queue (its ongoing requests as this handle's router knows them) exceeds ``max_owner_queue``,
+   or its length cannot be had; the owner then takes the request only if both are full.
+
+The pure parts (key, owner, fallback) are plain functions, tested without Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ray.exceptions import RayError
+from ray.serve.config import RequestRouterConfig
+from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
+
+from dialscore_server import compat
+from dialscore_server.nll.completions.serving import CompletionCall
+from dialscore_server.nll.engine.encoding import NLLItem
+
+#: Characters of a context's head that make its key. Long enough to tell sessions apart (about 50
+#: to 60 tokens of text: more than a shared greeting or a one-line instruction), short enough that
+#: a session's context reaches it within a turn or two: until then its key changes as it grows, but
+#: a context that short costs little to recompute, so the cache has little to lose there.
+HEAD_CHARS = 256
+#: Token ids of a token-id prompt's head that make its key: about :data:`HEAD_CHARS` characters.
+HEAD_TOKEN_IDS = 64
+#: Default of ``max_owner_queue``: requests the owner may hold (running or queued) and still be
+#: given one more. Each engine call of a replica serves one chunk of every request it holds, so a
+#: request joining an owner that holds more than this waits for that many chunks of others' work
+#: before its own is done: longer than recomputing a context of a few hundred tokens elsewhere.
+MAX_OWNER_QUEUE = 8
+#: Separates a context's knowledge sentence and turns in the text whose head is hashed (turns
+#: rarely contain it, so ``("a b",)`` and ``("a", "b")`` get different keys).
+TURN_SEPARATOR = "\n"
+
+
+def context_head(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+    """The head of the context of an NLL deployment call with positional `args` and keyword
+    `kwargs`, or None where it has no context.
+
+    ``score(items, ...)``: the first item's knowledge sentence and turns, in that order, joined
+    by :data:`TURN_SEPARATOR`, or its raw `source`; ``complete(call, ...)``: the call's first
+    prompt (token ids written as ``"ids:1,2,..."``, at most :data:`HEAD_TOKEN_IDS` of them). The
+    result is cut to :data:`HEAD_CHARS` characters. The target is never part of it: requests that
+    score different continuations of one context share the head. A call to another method
+    (``card``, ``tokenizer``), an empty item list, an item with no context, knowledge or source,
+    or an empty prompt: None.
+    """
+    first = args[0] if args else (kwargs.get("items") or kwargs.get("call"))
+    text = ""
+    if isinstance(first, CompletionCall):
+        prompt = first.prompts[0] if first.prompts else ""
+        if isinstance(prompt, str):
+            text = prompt
+        elif prompt:
+            text = "ids:" + ",".join(str(i) for i in prompt[:HEAD_TOKEN_IDS])
+    elif isinstance(first, Sequence) and first and isinstance(first[0], NLLItem):
+        item = first[0]
+        if item.source is not None:
+            text = item.source
+        else:
+            parts = ([item.knowledge] if item.knowledge else []) + list(item.context or ())
+            text = TURN_SEPARATOR.join(parts)
+    return text[:HEAD_CHARS] or None
+
+
+def affinity_key(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bytes | None:
+    """A stable 16-byte key of the request's :func:`context_head` (BLAKE2b: the same in every
+    process and across restarts, unlike Python's salted ``hash``), or None where it has none."""
+    head = context_head(args, kwargs)
+    return None if head is None else hashlib.blake2b(head.encode("utf-8"), digest_size=16).digest()
+
+
+def rendezvous_weight(key: bytes, replica: str) -> int:
+    """The weight of `replica` (its unique id) for `key`: a 64-bit hash of both."""
+    digest = hashlib.blake2b(key + b"\x00" + replica.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def owner_of(key: bytes, replicas: Sequence[str]) -> str:
+    """The owner of `key` among `replicas` (unique ids, at least one): the one of highest
+    :func:`rendezvous_weight` (ties, vanishingly rare, to the greatest id). The same for the same
+    set in any order; removing a replica changes the owner only of the keys it owned."""
+    return max(replicas, key=lambda r: (rendezvous_weight(key, r), r))
+
+
+def owner_is_busy(queue_len: int | None, max_owner_queue: int) -> bool:
+    """Whether a request leaves its owner for the least-loaded other replica: the owner holds
+    more than `max_owner_queue` requests, or its queue length is unknown (it did not answer)."""
+    return queue_len is None or queue_len > max_owner_queue
+
+
+class ContextAffinityRouter(RequestRouter):
+    """Routes each request to the owner of its context's key, unless the owner is busy (see the
+    module's docstring); requests without a key go to the less loaded of two random replicas.
+
+    Router kwarg (``request_router_kwargs``): ``max_owner_queue`` (default
+    :data:`MAX_OWNER_QUEUE`, at least 0). Without Serve's FIFO mixin: a replica chosen for a
+    request is given to that request, never to an older one with another key. Without the
+    locality and multiplex mixins: an owner on another node is still the owner."""
+
+    max_owner_queue: int = MAX_OWNER_QUEUE
+
+    def initialize_state(self, max_owner_queue: int = MAX_OWNER_QUEUE) -> None:
+        """Serve calls this with the deployment's ``request_router_kwargs``; a bound below 0 is
+        refused (ValueError), an unknown kwarg too (TypeError)."""
+        if max_owner_queue < 0:
+            raise ValueError(f"max_owner_queue must be at least 0, not {max_owner_queue}")
+        self.max_owner_queue = max_owner_queue
+
+    async def choose_replicas(self, candidate_replicas: list[RunningReplica],
+                              pending_request: PendingRequest | None = None
+                              ) -> list[list[RunningReplica]]:
+        """Ranks of replicas for `pending_request`, most preferred first: the owner alone, then
+        two others (the request goes to the less loaded one that has room), or, where the owner
+        is busy, the two others first and then the owner."""
+        if pending_request is not None:
+            compat.request_backoff(pending_request)  # every replica full: retry after a backoff
+        if not candidate_replicas:
+            return []
+        key = (affinity_key(pending_request.args, pending_request.kwargs)
+               if pending_request is not None else None)
+        if key is None:
+            return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
+        by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
+        owner = by_id[owner_of(key, list(by_id))]
+        rest = [r for r in candidate_replicas if r is not owner]
+        others = random.sample(rest, min(2, len(rest)))
+        if not others:
+            return [[owner]]
+        if owner_is_busy(await self.queue_len(owner), self.max_owner_queue):
+            return [others, [owner]]
+        return [[owner], others]
+
+    async def queue_len(self, replica: RunningReplica) -> int | None:
+        """The requests `replica` holds as this router knows them: its queue-length cache (kept
+        by Serve: one more on each request sent, one less on each finished, refreshed by probes),
+        else a probe of the replica (public ``RunningReplica.get_queue_len``) whose answer goes
+        into the cache; None when the replica does not answer within Serve's probe deadline."""
+        cached = compat.cached_queue_len(self, replica.replica_id)
+        if cached is not None:
+            return cached
+        deadline = self.queue_len_response_deadline_s
+        try:
+            queue_len = await asyncio.wait_for(replica.get_queue_len(deadline_s=deadline), deadline)
+        except (TimeoutError, RayError):
+            return None
+        self.on_new_queue_len_info(replica.replica_id, queue_len)
+        return queue_len
+
+
+def router_config(max_owner_queue: int = MAX_OWNER_QUEUE) -> RequestRouterConfig:
+    """The ``request_router_config`` of a deployment routed by :class:`ContextAffinityRouter`."""
+    return RequestRouterConfig(request_router_class=ContextAffinityRouter,
+                               request_router_kwargs={"max_owner_queue": max_owner_queue})
