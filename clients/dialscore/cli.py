@@ -8,6 +8,8 @@ Client commands (this distribution, they talk to a running service over HTTP)::
     dialscore models --url URL          list a service's models
     dialscore eval mutual|decode|robustness --url URL --data FILE ...
                                         MuTual, DECODE and robustness evaluations over a service
+    dialscore perplexity --url URL --model M --data FILE
+                                        per-turn and per-dialogue perplexity of dialogues
     dialscore report RUN_DIR            (re)write a run folder's self-contained report.html
 
 Server commands appear when the server distribution (`dialscore-server`) is installed too; it
@@ -34,6 +36,7 @@ COMMANDS: tuple[str, ...] = (
     "dialscore.commands.probe:register",
     "dialscore.commands.models:register",
     "dialscore.commands.evaluate:register",
+    "dialscore.commands.perplexity:register",
     "dialscore.commands.report:register",
 )
 

@@ -104,6 +104,8 @@ from dialscore.types import (
     ContradictionResponse,
     Health,
     ModelList,
+    NLLDialogue,
+    NLLDialoguesResponse,
     NLLItem,
     NLLResponse,
     NLLResult,
@@ -129,6 +131,9 @@ Priority = Literal["interactive", "bulk"]
 R = TypeVar("R", bound=BaseModel)
 ItemLike = NLLItem | Mapping[str, Any]
 TurnLike = Turn | Mapping[str, Any]
+#: A dialogue for ``score_dialogues``: an :class:`~dialscore.types.NLLDialogue`, a mapping of
+#: the same shape, or a plain sequence of turn texts (every turn scored).
+DialogueLike = NLLDialogue | Mapping[str, Any] | Sequence[str]
 #: ``on_chunk(offset, results)``: called once per finished chunk, in completion order; ``offset``
 #: is the index of the chunk's first item in the ``items`` given to ``nll_many``.
 ChunkCallback = Callable[[int, list[NLLResult]], None]
@@ -277,6 +282,19 @@ def _dialogue_json(dialogue: Mapping[str, Any] | Sequence[TurnLike]) -> dict[str
     return {"turns": [_turn_json(t) for t in dialogue]}
 
 
+def _nll_dialogue_json(dialogue: DialogueLike) -> dict[str, Any]:
+    if isinstance(dialogue, NLLDialogue):
+        return dialogue.to_json()
+    if isinstance(dialogue, Mapping):
+        return dict(dialogue)
+    if isinstance(dialogue, str):
+        raise TypeError("a dialogue is a list of turns, not one string")
+    if isinstance(dialogue, Sequence):
+        return {"turns": list(dialogue)}
+    raise TypeError(f"a dialogue must be an NLLDialogue, a mapping or a list of turn texts, not "
+                    f"{type(dialogue).__name__}")
+
+
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None}
 
@@ -376,6 +394,14 @@ class _BaseClient:
     def _nll_body(model: str, items: Sequence[ItemLike], return_tokens: bool,
                   extra_body: Mapping[str, Any] | None) -> dict[str, Any]:
         body = {"model": model, "items": [_item_json(i) for i in items], "return_tokens": return_tokens}
+        body.update(extra_body or {})
+        return body
+
+    @staticmethod
+    def _dialogues_body(model: str, dialogues: Sequence[DialogueLike], return_tokens: bool,
+                        extra_body: Mapping[str, Any] | None) -> dict[str, Any]:
+        body = {"model": model, "dialogues": [_nll_dialogue_json(d) for d in dialogues],
+                "return_tokens": return_tokens}
         body.update(extra_body or {})
         return body
 
@@ -548,6 +574,13 @@ class _BaseClient:
         return response
 
     @staticmethod
+    def _check_dialogues(response: NLLDialoguesResponse, n: int) -> NLLDialoguesResponse:
+        if len(response.results) != n:
+            raise ResponseValidationError(
+                f"sent {n} dialogues, got {len(response.results)} results", request=None)
+        return response
+
+    @staticmethod
     def _health(live: httpx.Response, ready: httpx.Response) -> Health:
         try:
             detail = ready.json()
@@ -671,6 +704,20 @@ class DialscoreClient(_BaseClient):
         run_chunks(lambda offset, chunk: send_halving(send, chunk, "items", offset), chunks,
                    self.max_concurrency, landed.land)
         return landed.results()
+
+    def score_dialogues(self, model: str, dialogues: Sequence[DialogueLike], *,
+                        return_tokens: bool = False,
+                        extra_body: Mapping[str, Any] | None = None) -> NLLDialoguesResponse:
+        """``POST /v1/nll/dialogues``: one request. Every scored turn k of a dialogue (every
+        turn, the turns of its ``speaker`` or its ``score_turns``) gets the numbers of the
+        /v1/nll item ``{"context": turns[:k], "knowledge": ..., "target": turns[k]}``, and each
+        dialogue its token-weighted mean NLL over them; results keep the order of
+        ``dialogues``. A dialogue is an :class:`~dialscore.types.NLLDialogue`, a mapping of
+        its shape, or a list of turn texts. Each scored turn counts as one item against
+        ``max_items`` (a 413 naming ``dialogues`` when they are too many)."""
+        body = self._dialogues_body(model, dialogues, return_tokens, extra_body)
+        return self._check_dialogues(
+            self._request("POST", "/v1/nll/dialogues", NLLDialoguesResponse, body), len(dialogues))
 
     def contradiction(self, dialogues: Sequence[Mapping[str, Any] | Sequence[TurnLike]], *,
                       model: str | None = None, mode: str | None = None,
@@ -802,6 +849,15 @@ class AsyncDialscoreClient(_BaseClient):
         await arun_chunks(lambda offset, chunk: asend_halving(send, chunk, "items", offset),
                           chunks, self.max_concurrency, landed.land)
         return landed.results()
+
+    async def score_dialogues(self, model: str, dialogues: Sequence[DialogueLike], *,
+                              return_tokens: bool = False,
+                              extra_body: Mapping[str, Any] | None = None) -> NLLDialoguesResponse:
+        """``POST /v1/nll/dialogues`` (see :meth:`DialscoreClient.score_dialogues`)."""
+        body = self._dialogues_body(model, dialogues, return_tokens, extra_body)
+        return self._check_dialogues(
+            await self._request("POST", "/v1/nll/dialogues", NLLDialoguesResponse, body),
+            len(dialogues))
 
     async def contradiction(self, dialogues: Sequence[Mapping[str, Any] | Sequence[TurnLike]], *,
                             model: str | None = None, mode: str | None = None,

@@ -73,6 +73,59 @@ class NLLResponse(_Result):
     usage: Usage | None = None
 
 
+# ---------------------------------------------------------------------------- POST /v1/nll/dialogues
+
+class NLLDialogue(BaseModel):
+    """One dialogue to score turn by turn (request side): its turns' texts, oldest first, an
+    optional knowledge sentence, and which turns to score: every turn (default), the turns of
+    ``speaker`` (with ``speakers``, one per turn), or the indices ``score_turns``. Scored turn k
+    is scored exactly as the /v1/nll item ``{"context": turns[:k], "knowledge": knowledge,
+    "target": turns[k]}``. Plain dicts of the same shape, or a plain list of turn texts, are
+    accepted everywhere too."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    turns: tuple[str, ...]
+    knowledge: str | None = None
+    speakers: tuple[str | int, ...] | None = None
+    speaker: str | int | None = None
+    score_turns: tuple[int, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"turns": list(self.turns)}
+        for name in ("knowledge", "speaker"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        for name in ("speakers", "score_turns"):
+            if getattr(self, name) is not None:
+                out[name] = list(getattr(self, name))
+        return out
+
+
+class NLLTurnResult(NLLResult):
+    """A scored turn: its /v1/nll result (``nll`` in nats per token of the turn's tokens, eos
+    included when the format appends one) and its index in the dialogue's turns."""
+
+    turn: int
+
+
+class NLLDialogueResult(_Result):
+    nll: float = Field(description="Token-weighted mean NLL over the scored turns (nats per "
+                       "token): exp(nll) is the dialogue's per-token perplexity over them.")
+    num_tokens: int = Field(description="Scored tokens over the scored turns.")
+    turns: list[NLLTurnResult] = Field(description="The scored turns, in turn order.")
+
+
+class NLLDialoguesResponse(_Result):
+    model: str
+    source: str | None = None
+    revision: str | None = None
+    stand_in: bool | None = None
+    append_eos: bool | None = None
+    results: list[NLLDialogueResult] = Field(description="One per dialogue, in request order.")
+    usage: Usage | None = None
+
+
 # ---------------------------------------------------------------------------- turns
 
 class Turn(BaseModel):
@@ -152,7 +205,8 @@ class PublishedLimits(_Result):
     ``payload_too_large`` naming the field. A limit the deployment does not publish is None.
     """
 
-    max_items: int | None = Field(None, ge=1, description="Most items in one POST /v1/nll.")
+    max_items: int | None = Field(None, ge=1, description="Most items in one POST /v1/nll "
+                                  "(scored turns in one POST /v1/nll/dialogues).")
     max_turns: int | None = Field(None, ge=1, description="Most turns in one context or dialogue.")
     max_text_chars: int | None = Field(
         None, ge=1, description="Longest single text (turn, target...), in characters.")

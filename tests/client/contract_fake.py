@@ -35,6 +35,11 @@ How a request is answered, in this order:
      a 404 ``unknown_model`` naming ``model``. Each item's ``nll`` is ``scorer(model, item)``, the
      item as the client sent it (null fields left out); one token per word of the target plus
      eos. After `fail_after` scored requests every further one is a 503 ``overloaded``.
+   * ``POST /v1/nll/dialogues``: the scored turns (every turn, those of ``speaker`` by
+     ``speakers``, or the distinct ``score_turns``; the refusals the route's descriptions state,
+     naming the same fields; more scored turns than ``max_items``: 413 naming ``dialogues``)
+     become the /v1/nll items ``{"context": turns[:k], "knowledge"?, "target": turns[k]}``,
+     answered as above (one scored request); per dialogue, the token-weighted mean NLL.
    * ``POST /v1/contradiction``: the classifier named (default: the first served one, else 404
      naming ``model``) through the pairing the route documents: structured mode pairs the last
      turn with each earlier turn of the same speaker (same JSON type and value) and takes the
@@ -378,6 +383,8 @@ class ContractFake(RequestLog):
                     "models": [c.model_dump(mode="json") for c in cards]}
         if (method, path) == ("POST", "/v1/nll"):
             return self._nll(body)
+        if (method, path) == ("POST", "/v1/nll/dialogues"):
+            return self._nll_dialogues(body)
         if (method, path) == ("POST", "/v1/contradiction"):
             return self._contradiction(body)
         if (method, path) == ("POST", "/v1/rerank"):
@@ -430,6 +437,55 @@ class ContractFake(RequestLog):
                 "results": results,
                 "usage": {"source_tokens": source_tokens,
                           "target_tokens": sum(r["num_tokens"] for r in results)}}
+
+    @staticmethod
+    def _chosen(dialogue: dict[str, Any], i: int) -> list[int]:
+        """The scored turns of dialogue `i`, by the rules of the route's schema: every turn, the
+        turns of `speaker` (with `speakers`, one per turn) or the distinct `score_turns`;
+        refusals name the field as the route does."""
+        turns, speakers = dialogue["turns"], dialogue.get("speakers")
+        speaker, indices = dialogue.get("speaker"), dialogue.get("score_turns")
+        where = f"dialogues[{i}]"
+        if speakers is not None and len(speakers) != len(turns):
+            raise _Refusal("invalid_request", "one speaker per turn", f"{where}.speakers")
+        if speaker is not None and indices is not None:
+            raise _Refusal("invalid_request", "speaker or score_turns", f"{where}.score_turns")
+        if speaker is not None:
+            if speakers is None:
+                raise _Refusal("invalid_request", "speaker needs speakers", f"{where}.speaker")
+            chosen = [k for k, s in enumerate(speakers) if _same_speaker(s, speaker)]
+            if not chosen:
+                raise _Refusal("invalid_request", "no turn of that speaker", f"{where}.speaker")
+        elif indices is not None:
+            for j, k in enumerate(indices):
+                if not 0 <= k < len(turns) or k in indices[:j]:
+                    raise _Refusal("invalid_request", "bad turn index",
+                                   f"{where}.score_turns[{j}]")
+            chosen = sorted(indices)
+        else:
+            chosen = list(range(len(turns)))
+        for k in chosen:
+            if not turns[k]:
+                raise _Refusal("invalid_request", "empty scored turn", f"{where}.turns[{k}]")
+        return chosen
+
+    def _nll_dialogues(self, body: dict[str, Any]) -> dict[str, Any]:
+        chosen = [self._chosen(d, i) for i, d in enumerate(body["dialogues"])]
+        if sum(len(c) for c in chosen) > self.limits["max_items"]:
+            raise _Refusal("payload_too_large", "too many scored turns", "dialogues")
+        items = [{"context": d["turns"][:k], "target": d["turns"][k],
+                  **({"knowledge": d["knowledge"]} if d.get("knowledge") is not None else {})}
+                 for d, c in zip(body["dialogues"], chosen) for k in c]
+        scored = self._nll({"model": body["model"], "items": items,
+                            "return_tokens": body.get("return_tokens", False)})
+        results, pos = [], 0
+        for c in chosen:
+            turns = [{"turn": k, **scored["results"][pos + j]} for j, k in enumerate(c)]
+            pos += len(c)
+            n = sum(t["num_tokens"] for t in turns)
+            results.append({"nll": sum(t["nll"] * t["num_tokens"] for t in turns) / n,
+                            "num_tokens": n, "turns": turns})
+        return {**scored, "results": results}
 
     def _detect(self, turns: list[dict[str, Any]], mode: str, threshold: float,
                 evidence_threshold: float) -> dict[str, Any]:

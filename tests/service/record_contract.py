@@ -19,7 +19,8 @@ Where each exchange's response comes from (its ``"source"``):
 * ``gateway``: what that app cannot show without killing replicas or changing its settings: the
   gateway's own FastAPI app (``gateway/app.py`` over a ``ModelDirectory`` of typed handles, as
   a gateway replica builds it), in-process, with the exchange's ``"gateway"`` condition: a token
-  (401), small limits (the list-level 413s of ``items`` and ``dialogues`` and the byte limit's
+  (401), small limits (the list-level 413s of ``items`` and ``dialogues`` (contradiction
+  dialogues, and the scored turns of /v1/nll/dialogues) and the byte limit's
   ``body``, which at the default limits need bodies of a thousand elements or megabytes), or
   model handles that fail as Ray fails (503 backpressure, 408 deadline, 424 dead replica, 500 a
   bug).
@@ -65,6 +66,15 @@ DIALOGUES = [
     {"turns": [{"speaker": "a", "text": "Hello."}]},
 ]
 
+#: POST /v1/nll/dialogues: a plain list of turns, and one with knowledge scoring one speaker.
+NLL_DIALOGUES = [
+    ["Hi!", "Hello, how are you?", "Fine, thanks."],
+    {"turns": ["Do you walk your dog?", "Every day.", "Where?", "In the park."],
+     "knowledge": "Dogs need walks.", "speakers": ["a", "b", "a", "b"], "speaker": "b"},
+]
+#: The volatile paths of a dialogues response: the stand-ins' floats.
+DIALOGUE_FLOATS = ("results[*].nll", "results[*].turns[*].nll", "results[*].turns[*].token_nlls")
+
 
 def call(method: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """A client call: ``DialscoreClient.<method>(*args, **kwargs)``."""
@@ -97,6 +107,13 @@ LIVE: list[Case] = [
     Case("nll-tokens", "POST", "/v1/nll",
          call("nll", "bart-base", ITEMS[:1], return_tokens=True),
          volatile=(*CHECKPOINT, "results[*].nll", "results[*].token_nlls", "results[*].tokens")),
+    Case("nll-dialogues", "POST", "/v1/nll/dialogues",
+         call("score_dialogues", "dialogpt-medium", NLL_DIALOGUES),
+         volatile=(*CHECKPOINT, *DIALOGUE_FLOATS)),
+    Case("nll-dialogues-tokens", "POST", "/v1/nll/dialogues",
+         call("score_dialogues", "bart-base", NLL_DIALOGUES[1:],
+              return_tokens=True, extra_body={"priority": 1}),
+         volatile=(*CHECKPOINT, *DIALOGUE_FLOATS, "results[*].turns[*].tokens")),
     Case("contradiction", "POST", "/v1/contradiction",
          call("contradiction", DIALOGUES, evidence_threshold=0.3),
          volatile=(*CHECKPOINT, "results[*].probability", "results[*].is_contradiction",
@@ -149,6 +166,14 @@ LIVE: list[Case] = [
     Case("nll-unknown-model", "POST", "/v1/nll", call("nll", "nope", ITEMS[:1])),
     Case("nll-too-many-turns", "POST", "/v1/nll",
          call("nll", "dialogpt-medium", [{"context": ["hi"] * 257, "target": "x"}])),
+    Case("nll-dialogues-turn-outside", "POST", "/v1/nll/dialogues",
+         call("score_dialogues", "dialogpt-medium",
+              [["Hi!"], {"turns": ["Hi!", "Hello."], "score_turns": [2]}])),
+    Case("nll-dialogues-unknown-speaker", "POST", "/v1/nll/dialogues",
+         call("score_dialogues", "dialogpt-medium",
+              [{"turns": ["Hi!"], "speakers": ["a"], "speaker": "b"}])),
+    Case("nll-dialogues-no-turns", "POST", "/v1/nll/dialogues",
+         call("score_dialogues", "dialogpt-medium", [[]])),
     Case("contradiction-unknown-classifier", "POST", "/v1/contradiction",
          call("contradiction", DIALOGUES[:1], model="dialogpt-medium")),
     Case("rerank-unknown-nll-model", "POST", "/v1/rerank",
@@ -175,6 +200,9 @@ GATEWAY: list[Case] = [
          gateway={"limits": {"max_items": 2}}),
     Case("limits-dialogues", "POST", "/v1/contradiction", call("contradiction", DIALOGUES),
          gateway={"limits": {"max_dialogues": 2}}),
+    Case("limits-dialogue-turns", "POST", "/v1/nll/dialogues",
+         call("score_dialogues", "dialogpt-medium", NLL_DIALOGUES),
+         gateway={"limits": {"max_items": 2}}),
     Case("limits-body", "POST", "/v1/nll", call("nll", "dialogpt-medium", LONG_TARGET),
          gateway={"limits": {"max_body_bytes": 256}}),
     Case("unauthorized", "GET", "/v1/models", call("models"), gateway={"token": "s3cret"}),

@@ -73,8 +73,8 @@ def assert_error_shape(response) -> None:
 
 
 OPERATIONS = [("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics"), ("GET", "/v1/models"),
-              ("POST", "/v1/nll"), ("POST", "/v1/contradiction"), ("POST", "/v1/rerank"), ("POST", "/rerank"),
-              ("POST", "/v2/rerank"), ("POST", "/v1/completions"), ("GET", "/tokenizer_info"),
+              ("POST", "/v1/nll"), ("POST", "/v1/nll/dialogues"), ("POST", "/v1/contradiction"),
+              ("POST", "/v1/rerank"), ("POST", "/rerank"), ("POST", "/v2/rerank"), ("POST", "/v1/completions"), ("GET", "/tokenizer_info"),
               ("POST", "/tokenize"), ("POST", "/detokenize")]
 
 
@@ -114,7 +114,8 @@ def test_schemathesis_no_5xx_and_responses_match_the_schema(api_schema, method, 
 
 
 #: Served model names per route (tests/conftest.py), substituted into generated bodies.
-SERVED = {"/v1/nll": {"model": "dialogpt-medium"}, "/v1/contradiction": {"model": "roberta-large-mnli"},
+SERVED = {"/v1/nll": {"model": "dialogpt-medium"}, "/v1/nll/dialogues": {"model": "dialogpt-medium"},
+          "/v1/contradiction": {"model": "roberta-large-mnli"},
           "/v1/rerank": {"model": "roberta-large-mnli"}, "/rerank": {"model": "roberta-large-mnli"},
           "/v2/rerank": {"model": "roberta-large-mnli"}, "/v1/completions": {"model": "dialogpt-medium"},
           "/tokenize": {"model": "dialogpt-medium"}, "/detokenize": {"model": "dialogpt-medium"}}

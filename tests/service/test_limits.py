@@ -206,6 +206,8 @@ def test_openapi_documents_every_limit_with_this_deployments_values(served):
         "/v2/rerank": {"max_candidates", "max_turns", "max_text_chars", "max_request_pairs"} | every,
         "/v1/completions": {"max_items", "max_text_chars", "max_request_tokens", "max_item_tokens"}
         | every,
+        "/v1/nll/dialogues": {"max_items", "max_turns", "max_text_chars", "max_request_tokens",
+                              "max_item_tokens", "max_id_chars"} | every,
         "/tokenize": {"max_text_chars"} | every,
         "/detokenize": {"max_item_tokens"} | every,
     }

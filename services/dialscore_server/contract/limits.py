@@ -21,7 +21,8 @@ class Limits(BaseModel):
 
     max_body_bytes: int = Field(8_000_000, ge=1, description="Largest request body, in bytes.")
     max_items: int = Field(1024, ge=1, description="Most items in one POST /v1/nll (prompts "
-                           "in one POST /v1/completions).")
+                           "in one POST /v1/completions, scored turns in one POST "
+                           "/v1/nll/dialogues).")
     max_turns: int = Field(256, ge=1, description="Most turns in one context or dialogue.")
     max_text_chars: int = Field(20_000, ge=1, description="Longest single text (turn, target...).")
     max_dialogues: int = Field(1024, ge=1, description="Most dialogues in one POST /v1/contradiction.")
@@ -35,7 +36,8 @@ class Limits(BaseModel):
         262_144, ge=1, description="Most NLL token positions one /v1/nll request (or a rerank's "
         "`nll_model` scoring) may cost, each item counted as min(its UTF-8 bytes + one per turn, "
         "`max_item_tokens`): an upper bound of its tokens for byte-level tokenizers, known before "
-        "tokenizing. A /v1/completions prompt counts the same way (a text) or as its token ids "
+        "tokenizing. A /v1/nll/dialogues scored turn counts as its /v1/nll item (the turn, the "
+        "turns before it and the knowledge). A /v1/completions prompt counts the same way (a text) or as its token ids "
         "(+ 1 for the generated token).")
     max_item_tokens: int = Field(
         1_024, ge=1, description="Token positions one NLL item is counted as at most (the model "

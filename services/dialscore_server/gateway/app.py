@@ -33,6 +33,7 @@ from dialscore_server.gateway.model_listing import ModelList, model_list
 from dialscore_server.gateway.observe import ObserveRequests
 from dialscore_server.gateway.openapi import install_openapi
 from dialscore_server.nll.completions.router import build_router as completions_router
+from dialscore_server.nll.dialogues.router import build_router as dialogues_router
 from dialscore_server.nll.tokenizer.router import build_router as tokenizer_router
 from dialscore_server.nll.router import build_router as nll_router
 from dialscore_server.nll.serving import NLLBackend
@@ -112,6 +113,7 @@ def create_app(gw: Ingress) -> FastAPI:
         return model_list(list(cards), started)
 
     app.include_router(nll_router(gw))
+    app.include_router(dialogues_router(gw))
     app.include_router(completions_router(gw))
     app.include_router(tokenizer_router(gw))
     if gw.has_classifiers:
