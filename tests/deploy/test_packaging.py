@@ -88,7 +88,7 @@ def test_client_alone_imports_and_offers_only_client_commands(tmp_path):
                          timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     commands = re.search(r"\{([\w,-]+)\}", out.stdout).group(1).split(",")
-    assert commands == ["probe", "models", "eval", "report"], out.stdout
+    assert commands == ["probe", "models", "eval", "perplexity", "report"], out.stdout
 
 
 @pytest.mark.slow
