@@ -4,6 +4,8 @@ benchmarks share, stay in dialscore_server.checkpoints.standins)."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -23,3 +25,17 @@ def lay_out_as_hub_cache(checkpoint: str | Path, cache_dir: str | Path, repo_id:
     (repo_dir / "refs").mkdir(parents=True, exist_ok=True)
     (repo_dir / "refs" / "main").write_text(snapshot)
     return snap
+
+
+@contextmanager
+def input_shapes(module) -> Iterator[list[tuple[int, ...]]]:
+    """The shape of ``input_ids`` of every forward call of `module` (a torch module called with
+    ``input_ids=`` as a keyword) while the block runs, in call order."""
+    shapes: list[tuple[int, ...]] = []
+    hook = module.register_forward_hook(
+        lambda mod, args, kwargs, out: shapes.append(tuple(kwargs["input_ids"].shape)),
+        with_kwargs=True)
+    try:
+        yield shapes
+    finally:
+        hook.remove()

@@ -20,12 +20,12 @@ import random
 
 import pytest
 import torch
-
 from dialscore_server.checkpoints.loading import LoadedModel, load_model
 from dialscore_server.checkpoints.standins import reinit_
 from dialscore_server.nll.engine.context_cache import ContextCache
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine.engine import NLLEngine
+from model_helpers import input_shapes
 
 #: Per-token agreement asked by the issue with the cache on and off, in float32: relative to the
 #: token's NLL (|a - b| <= CACHE_TOL * max(1, |b|)). At std 0.3 per-token NLLs reach 13 nats, and
@@ -209,14 +209,8 @@ def test_every_turn_of_a_dialogue_is_one_pass(dialogpt):
     eng = engine(dialogpt)
     items = [NLLItem(context=tuple(TURNS[:k]), target=TURNS[k]) for k in range(len(TURNS))]
     encoded = [eng.encode(it) for it in items]
-    shapes = []
-    hook = eng.model.base_model.register_forward_hook(
-        lambda mod, args, kwargs, out: shapes.append(tuple(kwargs["input_ids"].shape)),
-        with_kwargs=True)
-    try:
+    with input_shapes(eng.model.base_model) as shapes:
         together, stats = eng.score_encoded(encoded)
-    finally:
-        hook.remove()
     longest = encoded[-1].cost
     # Turn 0 follows the bos token alone, so it chains with nothing; turns 1..6 are one row.
     assert stats.chained_items == len(TURNS) - 2

@@ -21,6 +21,7 @@ from dialscore_server.scheduling.planner import share_prefixes
 from dialscore_server.checkpoints.loading import LoadedModel, load_model
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine.engine import NLLEngine
+from model_helpers import input_shapes
 from dialscore_server.checkpoints.standins import reinit_
 
 TOL = 1e-4
@@ -154,14 +155,8 @@ def test_prefix_runs_once_per_group(models):
     # Each target starts with its own token, so no item is a prefix of another (read from its pass).
     items = [EncodedItem(sources[k % 3], (500 + k,) + tuple(rng.randrange(5, 500) for _ in range(k % 5)),
                          False) for k in range(21)]
-    shapes = []
-    hook = eng.model.base_model.register_forward_hook(
-        lambda mod, args, kwargs, out: shapes.append(tuple(kwargs["input_ids"].shape)),
-        with_kwargs=True)
-    try:
+    with input_shapes(eng.model.base_model) as shapes:
         results, stats = eng.score_encoded(items)
-    finally:
-        hook.remove()
     assert shapes[0] == (3, 60)                       # three prefixes, padded to the longest
     assert shapes[1] == (21, 5)                       # continuations only (targets of 1-5 tokens)
     assert stats.forward_passes == 2 and stats.batches == 1
