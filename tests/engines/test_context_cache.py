@@ -238,3 +238,52 @@ def test_a_truncated_turn_is_scored_from_its_own_source(dialogpt, stand_in_regis
     for e, got in zip(encoded, together):
         assert_close(got, eng.score_encoded([e])[0][0], CHAIN_TOL)
 
+
+
+# ----------------------------------------------------------------------------- prompts
+def test_prompts_read_their_shared_positions_and_records_back(dialogpt):
+    """lm-eval's local-completions shape: each answer option's prompt (context + option, every
+    position after the first scored, top-1 alternatives) in its own call, the four options of a
+    context alone or together. The cache holds each prompt's positions with their records, so a
+    later prompt after the same context computes only from the context's last token on; the
+    log-probabilities and the alternatives are those with the cache off."""
+    on, off = engine(dialogpt, context_cache_bytes=10**9), engine(dialogpt)
+    rng = random.Random(6)
+    vocab = on.vocab_size
+
+    def prompt(context, option_len, top_k=1):
+        ids = list(context) + [rng.randrange(vocab) for _ in range(option_len)]
+        return on.encode_prompt(ids, append_next=False, top_k=top_k)
+
+    def same(a, b):
+        assert_close(a, b, CACHE_TOL, relative=True)
+        assert [x.ids for x in a.alternatives] == [x.ids for x in b.alternatives]
+        assert all(abs(x - y) <= CACHE_TOL * max(1.0, abs(y))
+                   for p, q in zip(a.alternatives, b.alternatives)
+                   for x, y in zip(p.logprobs, q.logprobs))
+
+    contexts = [tuple(rng.randrange(vocab) for _ in range(n)) for n in (40, 75)]
+    for context in contexts:  # one option per call
+        for k in range(4):
+            item = prompt(context, 2 + k)
+            (a,), stats = on.score_encoded([item])
+            (b,), _ = off.score_encoded([item])
+            same(a, b)
+            if k:  # the context but its last token came from the cache; the prompt's last
+                # token, which predicts nothing, is not computed
+                assert stats.cached_tokens == len(context) - 1
+                assert stats.real_tokens == item.cost - 1 - stats.cached_tokens
+    # The four options together, then four more: the second call reads the group's context.
+    context = tuple(rng.randrange(vocab) for _ in range(50))
+    for call in range(2):
+        items = [prompt(context, 2 + k) for k in range(4)]
+        got, stats = on.score_encoded(items)
+        for a, b in zip(got, off.score_encoded(items)[0]):
+            same(a, b)
+        assert (stats.cached_tokens > 0) == (call == 1)
+    # Another alternatives count does not read records made with top-1.
+    item = prompt(contexts[0], 3, top_k=2)
+    (a,), stats = on.score_encoded([item])
+    (b,), _ = off.score_encoded([item])
+    same(a, b)
+    assert stats.cached_tokens == 0

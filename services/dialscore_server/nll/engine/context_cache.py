@@ -5,9 +5,13 @@ answer option) is not computed again.
 Contract:
 
 * **What an entry holds.** The keys/values of every layer for the first ``n`` tokens of one
-  context (``[heads, n, head_dim]`` per layer, in the model's dtype), computed by the engine's
-  shared-prefix pass. Only source positions are stored: never a request's target positions, so
-  an entry is context, whoever sent it.
+  context (``[heads, n, head_dim]`` per layer, in the model's dtype). For a /v1/nll item only
+  source positions are stored, never its target positions, so an entry is context, whoever sent
+  it. A completions prompt is scored at every position after its first token (echo), so it has
+  no unscored context: its entry (a *scored entry*) holds the prompt's positions and, beside
+  them, each position's scored record (the log-probability of the next prompt token, with the
+  top-k alternatives the prompt asked for), so a later prompt that starts alike (lm-eval's next
+  answer option after the same context) reads both back instead of computing them.
 * **Lookup** (:meth:`ContextCache.lookup`): the longest prefix of a token sequence that some entry
   holds, up to a limit the caller gives; an entry serves every sequence that starts with any of
   its prefixes (keys/values of position ``j`` depend only on tokens ``0..j`` under causal
@@ -59,12 +63,20 @@ class CacheStats:
     entries: int = 0
 
 
+#: What a scored entry's records cost in memory, per position, counted against the bound (a float
+#: or a small record with one or a few alternatives, and the list slot that holds it).
+SCORE_BYTES = 160
+
+
 @dataclass(frozen=True)
 class CachedPrefix:
-    """A lookup's answer: the first `length` tokens' layer states (views of an entry; read only)."""
+    """A lookup's answer: the first `length` tokens' layer states (views of an entry; read only)
+    and, from a scored entry, `scores[j]` = position j's record (predicting token j + 1) for
+    every j < `length` (None otherwise)."""
 
     length: int
     states: LayerStates
+    scores: Sequence[Any] | None = None
 
 
 @dataclass
@@ -72,6 +84,8 @@ class _Entry:
     tokens: tuple[int, ...]
     states: LayerStates
     nbytes: int
+    scores: tuple[Any, ...] | None = None  # position j predicting token j + 1, j < len - 1
+    top_k: int = 0  # the alternatives each record holds
 
 
 def _nbytes(states: LayerStates) -> int:
@@ -100,35 +114,47 @@ class ContextCache:
         return len(self._entries)
 
     # ----------------------------------------------------------------------------- lookup
-    def lookup(self, tokens: Sequence[int], limit: int) -> CachedPrefix | None:
+    def lookup(self, tokens: Sequence[int], limit: int, scored_limit: int = 0, top_k: int = 0
+               ) -> CachedPrefix | None:
         """The longest cached prefix of `tokens` no longer than `limit` (at least :attr:`block`
-        tokens), or None. A hit makes its entry the most recently used; every call counts as one
-        hit or one miss."""
+        tokens), or None. From a scored entry whose records hold `top_k` alternatives, the prefix
+        may reach `scored_limit` instead, stopping one token short of the match (so every record
+        returned predicts a token `tokens` shares). A hit makes its entry the most recently used;
+        every call counts as one hit or one miss."""
         tokens = tuple(tokens)
-        limit = min(limit, len(tokens))
-        candidates = self._deepest_block(tokens, limit // self.block)
-        best: tuple[int, int] | None = None  # (length, entry id)
-        for eid in candidates:
-            n = min(limit, common_prefix(self._entries[eid].tokens, tokens))
-            if n >= self.block and (best is None or n > best[0]):
-                best = (n, eid)
+        best = self._best(tokens, limit, scored_limit, top_k)
         if best is None:
             self.stats.misses += 1
             return None
         n, eid = best
+        entry = self._entries[eid]
         self._entries.move_to_end(eid)
         self.stats.hits += 1
         self.stats.hit_tokens += n
-        return CachedPrefix(n, [(k[:, :n], v[:, :n]) for k, v in self._entries[eid].states])
+        return CachedPrefix(n, [(k[:, :n], v[:, :n]) for k, v in entry.states],
+                            entry.scores[:n] if n > limit else None)
 
-    def probe(self, tokens: Sequence[int], limit: int) -> int:
-        """The length :meth:`lookup` would return for `tokens` and `limit` (0 for a miss), without
+    def _best(self, tokens: tuple[int, ...], limit: int, scored_limit: int, top_k: int
+              ) -> tuple[int, int] | None:
+        """(length, entry id) of :meth:`lookup`'s answer, or None."""
+        reach = min(max(limit, scored_limit), len(tokens))
+        best: tuple[int, int] | None = None
+        for eid in self._deepest_block(tokens, reach // self.block):
+            entry = self._entries[eid]
+            match = common_prefix(entry.tokens, tokens)
+            n = min(limit, match)
+            if entry.scores is not None and entry.top_k == top_k:
+                n = max(n, min(scored_limit, match - 1))
+            if n >= self.block and (best is None or n > best[0]):
+                best = (n, eid)
+        return best
+
+    def probe(self, tokens: Sequence[int], limit: int, scored_limit: int = 0, top_k: int = 0
+              ) -> int:
+        """The length :meth:`lookup` would return for the same arguments (0 for a miss), without
         counting it or touching the recency order."""
-        tokens = tuple(tokens)
-        limit = min(limit, len(tokens))
-        n = max((min(limit, common_prefix(self._entries[eid].tokens, tokens))
-                 for eid in self._deepest_block(tokens, limit // self.block)), default=0)
-        return n if n >= self.block else 0
+        best = self._best(tuple(tokens), limit, scored_limit, top_k)
+        return best[0] if best else 0
 
     def count_misses(self, n: int) -> None:
         """Count `n` lookups that the caller settled with :meth:`probe` as misses."""
@@ -149,40 +175,52 @@ class ContextCache:
         return list(found) if lo else []
 
     # ----------------------------------------------------------------------------- insert
-    def insert(self, tokens: Sequence[int], states: LayerStates) -> bool:
+    def insert(self, tokens: Sequence[int], states: LayerStates,
+               scores: Sequence[Any] | None = None, top_k: int = 0) -> bool:
         """Store `states` (one ``(keys, values)`` per layer, ``[heads, len(tokens), head_dim]``)
-        as the context `tokens`; copies them, so the caller's pass buffers can be freed. Entries
-        `tokens` extends are removed, then least recently used ones until the bound holds.
-        Returns whether it was stored (not when shorter than a block, larger than the bound, or
-        already held whole by an entry, which is then made the most recently used)."""
+        as the context `tokens`, with, for a scored entry, `scores` (one record per position but
+        the last: ``len(tokens) - 1``) holding `top_k` alternatives each; copies the states, so the
+        caller's pass buffers can be freed. Entries `tokens` extends are removed (a scored one
+        only by a scored one), then least recently used ones until the bound holds. Returns
+        whether it was stored (not when shorter than a block, larger than the bound, or already
+        held whole by an entry, which is then made the most recently used)."""
         tokens = tuple(tokens)
         if len(tokens) < self.block:
             return False
-        held = self.lookup_exact(tokens)
+        if scores is not None and len(scores) != len(tokens) - 1:
+            raise ValueError("a scored entry has one record per position but the last")
+        held = self.lookup_exact(tokens, scores is not None, top_k)
         if held is not None:
             self._entries.move_to_end(held)
             return False
-        nbytes = _nbytes(states)
+        nbytes = _nbytes(states) + (SCORE_BYTES * len(scores) if scores is not None else 0)
         if nbytes > self.max_bytes:
             return False
         for eid in self._covered_by(tokens):
-            self._remove(eid)
+            if scores is not None or self._entries[eid].scores is None:
+                self._remove(eid)
         while self._entries and self.stats.bytes + nbytes > self.max_bytes:
             self._remove(next(iter(self._entries)))
             self.stats.evictions += 1
         eid, self._next_id = self._next_id, self._next_id + 1
         copies = [(k.contiguous().clone(), v.contiguous().clone()) for k, v in states]
-        self._entries[eid] = _Entry(tokens, copies, nbytes)
+        self._entries[eid] = _Entry(tokens, copies, nbytes,
+                                    tuple(scores) if scores is not None else None, top_k)
         for b in range(1, len(tokens) // self.block + 1):
             self._by_prefix.setdefault(hash(tokens[: b * self.block]), {})[eid] = None
         self.stats.bytes += nbytes
         self.stats.entries = len(self._entries)
         return True
 
-    def lookup_exact(self, tokens: tuple[int, ...]) -> int | None:
-        """The id of an entry holding at least all of `tokens`, if any (no stats counted)."""
+    def lookup_exact(self, tokens: tuple[int, ...], scored: bool = False, top_k: int = 0
+                     ) -> int | None:
+        """The id of an entry holding at least all of `tokens` (with `scored`, a scored entry
+        with `top_k` alternatives), if any (no stats counted)."""
         for eid in self._deepest_block(tokens, len(tokens) // self.block):
-            if common_prefix(self._entries[eid].tokens, tokens) == len(tokens):
+            entry = self._entries[eid]
+            if scored and (entry.scores is None or entry.top_k != top_k):
+                continue
+            if common_prefix(entry.tokens, tokens) == len(tokens):
                 return eid
         return None
 

@@ -374,15 +374,7 @@ class NLLEngine:
                 groups, alone = share_prefixes([e.source_ids + e.target_ids for e in rows],
                                                self.min_shared_prefix)
                 if cache is not None:
-                    # An item alone whose context is cached is a group of its own (its prefix
-                    # pass starts from the cache); the others run in plain passes, which store
-                    # their contexts (counted as misses here).
-                    own = {i for i in alone if cache.probe(
-                        rows[i].source_ids + rows[i].target_ids, len(rows[i].source_ids) - 1)}
-                    groups += [SharedPrefixGroup(len(rows[i].source_ids), (i,)) for i in own]
-                    alone = [i for i in alone if i not in own]
-                    cache.count_misses(sum(len(rows[i].source_ids) >= cache.block
-                                           for i in alone))
+                    groups, alone = self._cached_alone(rows, groups, alone, cache)
             for planned in self._plan_shared(groups):
                 unit = [g for g in planned if guard.any_wanted(g.items)]
                 if unit:
@@ -408,6 +400,30 @@ class NLLEngine:
             stats.cache_evictions = cache.stats.evictions - before.evictions
             stats.cache_bytes = cache.stats.bytes
         return results, stats
+
+    @staticmethod
+    def _cached_alone(rows: Sequence[EncodedItem], groups: list[SharedPrefixGroup],
+                      alone: list[int], cache: ContextCache
+                      ) -> tuple[list[SharedPrefixGroup], list[int]]:
+        """(groups, alone) with each item alone whose context the cache holds made a group of its
+        own, so its prefix pass starts from the cache: a /v1/nll item's group is its source; a
+        prompt's (a one-token source, every later position scored, read back from a scored
+        entry) is the prompt but its last token. The others stay alone: their plain passes store
+        their contexts, and count as misses here."""
+        own: dict[int, int] = {}
+        misses = 0
+        for i in alone:
+            r = rows[i]
+            seq, s = r.source_ids + r.target_ids, len(r.source_ids)
+            if s == 1 and cache.probe(seq, 0, len(seq) - 2, r.top_k):
+                own[i] = len(seq) - 1
+            elif s > 1 and cache.probe(seq, s - 1):
+                own[i] = s
+            else:
+                misses += s >= cache.block or (s == 1 and len(seq) > cache.block)
+        cache.count_misses(misses)
+        return ([*groups, *(SharedPrefixGroup(n, (i,)) for i, n in own.items())],
+                [i for i in alone if i not in own])
 
     @staticmethod
     def _result(row: EncodedItem, lp: Sequence[Any]) -> NLLResult:

@@ -17,6 +17,7 @@ from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.nll.engine.encoding import EncodedItem
 from dialscore_server.nll.engine.context_cache import ContextCache
 from dialscore_server.nll.engine.prefix_cache import expanded_prefix_cache, padded_past
+from dialscore_server.nll.engine.projection import ScoredPosition
 
 #: log P(targets[k] | hidden[k]) for each selected position k (a VocabularyProjection); with a
 #: third argument (top-k counts per position), ScoredPosition records instead of floats.
@@ -55,8 +56,9 @@ class ForwardPasses:
     def causal(self, rows: Sequence[EncodedItem], stats: BatchStats,
                cache: ContextCache | None = None) -> list[list[float]]:
         """Decoder-only: one sequence ``source + target`` per row; logits at position j predict
-        token j+1. With a context `cache`, the pass keeps its keys/values and each row's source
-        (when at least a cache block long) is stored in the cache."""
+        token j+1. With a context `cache`, the pass keeps its keys/values and stores in the cache
+        each row's source (when at least a cache block long), or, for a prompt (a one-token
+        source: every later position scored), the whole prompt with its positions' records."""
         import torch
 
         device = self.device
@@ -79,18 +81,23 @@ class ForwardPasses:
         # attention runs the fused causal kernel instead of a masked one.
         out = self.model.base_model(input_ids=ids.to(device), attention_mask=None,
                                     use_cache=cache is not None)
+        hidden = out.last_hidden_state
+        sel = hidden[torch.tensor(gather_rows, device=device), torch.tensor(gather_cols, device=device)]
+        flat = self._project(sel, torch.tensor(targets, device=device), ks, any(r.top_k for r in rows))
+        logprobs = _split(flat, [len(r.target_ids) for r in rows])
         if cache is not None:
             kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
             for b, r in enumerate(rows):
-                s = len(r.source_ids)
-                if s >= cache.block:
-                    cache.insert(r.source_ids, [(k[b, :, :s], v[b, :, :s]) for k, v in kv])
+                if len(r.source_ids) == 1:  # a prompt: its positions and their records
+                    n = r.cost
+                    cache.insert(r.source_ids + r.target_ids,
+                                 [(k[b, :, :n], v[b, :, :n]) for k, v in kv], logprobs[b], r.top_k)
+                elif len(r.source_ids) >= cache.block:
+                    n = len(r.source_ids)
+                    cache.insert(r.source_ids, [(k[b, :, :n], v[b, :, :n]) for k, v in kv])
             del kv
-        hidden = out.last_hidden_state
         del out
-        sel = hidden[torch.tensor(gather_rows, device=device), torch.tensor(gather_cols, device=device)]
-        flat = self._project(sel, torch.tensor(targets, device=device), ks, any(r.top_k for r in rows))
-        return _split(flat, [len(r.target_ids) for r in rows])
+        return logprobs
 
     def _project(self, hidden, targets, ks: list[int], alternatives: bool) -> list[Any]:
         """The projection, with per-position top-k counts only when the pass asks for any (the
@@ -181,8 +188,13 @@ class ForwardPasses:
         device = self.device
         seqs = {i: encoded[i].source_ids + encoded[i].target_ids for g in unit for i in g.items}
         contexts = [min(g.length, *(len(encoded[i].source_ids) for i in g.items)) for g in unit]
-        hits = [cache.lookup(seqs[g.items[0]][: g.length], min(g.length, c) - 1)
-                if cache is not None else None for g, c in zip(unit, contexts)]
+        # A group of prompts (one-token sources) that all ask the same alternatives may read
+        # scored positions back; any other group only positions before its first scored one.
+        prompts = [c == 1 and len({encoded[i].top_k for i in g.items}) == 1
+                   for g, c in zip(unit, contexts)]
+        hits = [cache.lookup(seqs[g.items[0]][: g.length], min(g.length, c) - 1,
+                             g.length - 1 if scored else 0, encoded[g.items[0]].top_k)
+                if cache is not None else None for g, c, scored in zip(unit, contexts, prompts)]
         past = [h.length if h else 0 for h in hits]
         past_width = max(past)
         width = max(g.length - p for g, p in zip(unit, past))
@@ -218,38 +230,47 @@ class ForwardPasses:
                 out = self.model.base_model(input_ids=ids.to(device), attention_mask=None,
                                             use_cache=True)
         kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
-        if cache is not None:
-            for k, (g, p, c) in enumerate(zip(unit, past, contexts)):
-                if c > p:
-                    cache.insert(seqs[g.items[0]][:c], [
-                        (torch.cat([keys[k, :, :p], keys[k, :, past_width: past_width + c - p]], 1),
-                         torch.cat([vals[k, :, :p], vals[k, :, past_width: past_width + c - p]], 1))
-                        for keys, vals in kv])
 
-        # Targets predicted from inside the prefix; the rest continue below.
+        # Targets predicted from inside the prefix (read from a scored cache entry before the
+        # cached length, projected from this pass after it); the rest continue below.
         want = any(encoded[i].top_k for i in order)
         n_pre: dict[int, int] = {}
-        rows, cols, targets, ks = [], [], [], []
+        from_cache: dict[int, list[Any]] = {}
+        rows, cols, targets, ks, sizes = [], [], [], [], []
         conts: list[tuple[int, int, int]] = []  # (item, group row, prefix length)
         for k, g in enumerate(unit):
+            h = past[k]
             for i in g.items:
                 e = encoded[i]
                 s, m = len(e.source_ids), len(e.target_ids)
                 n = max(0, min(g.length - s + 1, m))
                 n_pre[i] = n
-                rows += [k] * n
-                cols += range(s - 1 - past[k], s - 1 - past[k] + n)
-                targets += e.target_ids[:n]
-                ks += [e.top_k] * n
-                conts.append((i, k, g.length))
-        pre = {}
+                cached = max(0, min(n, h - (s - 1)))  # only after a scored hit
+                from_cache[i] = _records(hits[k].scores[s - 1: s - 1 + cached], want) if cached else []
+                rows += [k] * (n - cached)
+                cols += range(s - 1 + cached - h, s - 1 + n - h)
+                targets += e.target_ids[cached:n]
+                ks += [e.top_k] * (n - cached)
+                sizes.append(n - cached)
+                if n < m or not prompts[k]:  # a prompt read whole needs no continuation
+                    conts.append((i, k, g.length))
+        computed: list[list[Any]] = [[] for _ in order]
         if targets:
             hidden = out.last_hidden_state
             flat = self._project(
                 hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)],
                 torch.tensor(targets, device=device), ks, want)
-            pre = dict(zip(order, _split(flat, [n_pre[i] for i in order])))
+            computed = _split(flat, sizes)
+        pre = {i: from_cache[i] + got for i, got in zip(order, computed)}
         del out
+        if cache is not None:
+            for k, (g, p, c) in enumerate(zip(unit, past, contexts)):
+                first = g.items[0]
+                if prompts[k] and g.length > p:  # the group's shared prompt, with its records
+                    cache.insert(seqs[first][: g.length], _row_states(kv, k, p, past_width, g.length),
+                                 pre[first][: g.length - 1], encoded[first].top_k)
+                elif c > p:
+                    cache.insert(seqs[first][:c], _row_states(kv, k, p, past_width, c))
 
         post: dict[int, list[float]] = {}
         conts.sort(key=lambda c: len(seqs[c[0]]) - c[2])
@@ -301,6 +322,25 @@ class ForwardPasses:
         return [pre.get(i, []) + post[i] if i in post
                 else pre.get(i, []) if n_pre[i] == len(encoded[i].target_ids) else None
                 for i in order]
+
+
+def _row_states(kv: Sequence[tuple[Any, Any]], row: int, cached: int, past_width: int, n: int
+                ) -> list[tuple[Any, Any]]:
+    """Row `row`'s first `n` positions of a prefix pass's layer states, where its first `cached`
+    positions sit at the start of the padded past (`past_width` wide) and the rest after it."""
+    import torch
+
+    rest = slice(past_width, past_width + n - cached)
+    return [(torch.cat([k[row, :, :cached], k[row, :, rest]], 1),
+             torch.cat([v[row, :, :cached], v[row, :, rest]], 1)) for k, v in kv]
+
+
+def _records(scores: Sequence[Any], records: bool) -> list[Any]:
+    """Cached position records as a pass returns them: ScoredPosition records when the pass
+    asks for alternatives (`records`), floats otherwise."""
+    if records:
+        return [x if isinstance(x, ScoredPosition) else ScoredPosition(x, None) for x in scores]
+    return [x.logprob if isinstance(x, ScoredPosition) else x for x in scores]
 
 
 def _split(flat: list[float], sizes: Sequence[int]) -> list[list[float]]:
