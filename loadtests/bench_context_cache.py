@@ -17,7 +17,12 @@ variant, each variant its own deployment of two replicas (0.3 CPU, 1 torch threa
 * ``cache-off``: ``context_cache_bytes: 0``;
 * ``cache-on``: the default bound, Serve's default request router;
 * ``cache-affinity``: the default bound and ``affinity_routing: true``; skipped, with a note,
-  when ServingOptions has no such field in the code being run.
+  when ServingOptions has no such field in the code being run (where it has, the other two
+  variants say ``affinity_routing: false``).
+
+``--model medium`` serves a random GPT-2 with DialoGPT-medium's shapes instead (1.4 GB per
+replica; use few sessions): at the stand-in's width a call's engine time is a few milliseconds of
+the whole path's hundreds, so only the positions, not the latency, show the cache there.
 
 Each variant gets the same sessions as POST /v1/rerank with ``nll_model`` and ``mode:
 unstructured`` (one NLI pair per candidate, so the classifier's share of every call stays small
@@ -38,11 +43,10 @@ NLLEngine, one call per rerank (its 8 items): cache off; cache on over two engin
 per call (what a router blind to the context does with two equally idle replicas); cache on over
 two engines picked by session (affinity); the variants interleaved call by call. ``--model
 medium`` runs it at DialoGPT-medium's shapes (24 layers, 1,024 wide: the real model's cost per
-position), where time follows positions; the stand-in is so narrow that each call's fixed cost
-weighs as much as its positions. Positions are
-``BatchStats.real_tokens`` (exact); time is each call's wall time and its CPU time
-(``time.process_time``, one torch thread: what load from elsewhere on a shared host disturbs
-least).
+position), where time falls with positions; the stand-in is so narrow that each call's fixed
+cost weighs as much as its positions. Positions are ``BatchStats.real_tokens`` (exact); time is
+each call's wall time and its CPU time (``time.process_time``, one torch thread: what load from
+elsewhere on a shared host disturbs least).
 
 **--memory**: one engine with the cache bounded at --memory-mib MiB, fed --memory-contexts distinct
 long contexts (--memory-turns turns, 8 candidates each), against the same with the cache off, each
@@ -179,8 +183,8 @@ def nll_entry(name: str, source: Any, window: int, cache: int | None, affinity: 
               ) -> dict[str, Any]:
     serving: dict[str, Any] = {"num_cpus": 0.3, "num_threads": 1, "num_replicas": 2,
                                "max_ongoing_requests": 64, "context_cache_bytes": cache}
-    if affinity:
-        serving["affinity_routing"] = True
+    if HAS_AFFINITY:  # said either way: the option's default may be on
+        serving["affinity_routing"] = affinity
     return {"name": NLL_MODEL, "serve_as": name, "serving": serving,
             "overrides": {"source": str(source), "max_length": window}}
 
@@ -241,7 +245,7 @@ async def run_rounds(url: str, names: list[str], ss: list[Session], concurrency:
 
 
 def served(args: argparse.Namespace) -> list[dict[str, Any]]:
-    path = checkpoint("long")
+    path = checkpoint(args.model)
     window = model_config(path).max_length
     variants = [("cache-off", "cache off", 0, False),
                 ("cache-on", "cache on, default router", None, False)]
@@ -272,12 +276,13 @@ def served(args: argparse.Namespace) -> list[dict[str, Any]]:
                 d = {k: after[k] - before[name][k] for k in after}
                 results.append(VariantResult(label, calls[name], d["positions"], d["engine_calls"],
                                              d["hits"], d["misses"], d["cached_tokens"]))
-            print(f"\nserved: {args.sessions} sessions x {args.turns} bot turns, turn by turn "
+            print(f"\nserved, model {args.model}: {args.sessions} sessions x {args.turns} "
+                  f"bot turns, turn by turn "
                   f"(each turn of every session at once, variants in turn); client "
                   f"max_concurrency {concurrency}; 2 NLL replicas per variant (0.3 CPU, 1 thread); "
                   f"{seconds:.0f} s; engine calls "
                   + ", ".join(f"{r.engine_calls:.0f}" for r in results))
-            out.append({"mode": "served", "concurrency": concurrency, "affinity": HAS_AFFINITY,
+            out.append({"mode": "served", "model": args.model, "concurrency": concurrency, "affinity": HAS_AFFINITY,
                         "variants": report(results, args.turns)})
     return out
 
@@ -414,8 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads, in-process modes (default 1, as each served replica)")
     ap.add_argument("--model", choices=["long", "medium"], default="long",
-                    help="--engine: the stand-in's shapes with a 1,024-position window (long), or "
-                         "a random GPT-2 with DialoGPT-medium's shapes (medium, 1.4 GB)")
+                    help="served and --engine: the stand-in's shapes with a 1,024-position window "
+                         "(long), or a random GPT-2 with DialoGPT-medium's shapes (medium, 1.4 GB "
+                         "per replica)")
     ap.add_argument("--memory-mib", type=int, default=64, help="--memory: the cache bound")
     ap.add_argument("--memory-contexts", type=int, default=400)
     ap.add_argument("--memory-turns", type=int, default=36)
