@@ -166,22 +166,35 @@ def medium_gpt2(eos_id: int) -> Any:
                                       n_head=16, bos_token_id=eos_id, eos_token_id=eos_id)).eval()
 
 
+#: Positions of the ``long`` benchmark checkpoint: DialoGPT's own window (the stand-in has 512).
+LONG_WINDOW = 1024
+
+
 def checkpoint(model: str, work: Path = WORK) -> Path:
     """The benchmark checkpoint `model` on disk under `work`, built on first use beside the
     gpt2 stand-in (``work/stand-ins``): ``small`` is the stand-in re-initialised N(0, 0.3), so NLLs
-    vary strongly by token; ``medium`` is :func:`medium_gpt2` (1.4 GB)."""
+    vary strongly by token; ``medium`` is :func:`medium_gpt2` (1.4 GB); ``long`` is the stand-in's
+    shapes (2 layers, 64 wide) with DialoGPT's 1,024-position window (:data:`LONG_WINDOW`), GPT-2's
+    initialisation under seed 0, for dialogues longer than the stand-in's 512 positions."""
     import shutil
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     stand_ins = work / "stand-ins"
     build_stand_ins(stand_ins, kinds=["gpt2"])
-    out = work / ("medium" if model == "medium" else "small-sharp")
+    out = work / {"medium": "medium", "long": "small-long"}.get(model, "small-sharp")
     if (out / MARKER).is_file():
         return out
     tok = AutoTokenizer.from_pretrained(stand_ins / "gpt2")
     if model == "medium":
         weights = medium_gpt2(tok.eos_token_id)
+    elif model == "long":
+        import torch
+
+        torch.manual_seed(0)
+        config = AutoConfig.from_pretrained(stand_ins / "gpt2")
+        config.n_positions = LONG_WINDOW
+        weights = AutoModelForCausalLM.from_config(config).eval()
     else:
         weights = reinit_(AutoModelForCausalLM.from_pretrained(stand_ins / "gpt2"), std=0.3, seed=0)
     weights.save_pretrained(out)
@@ -255,6 +268,19 @@ def templated_items(n: int, seed: int, pool_size: int, pool_seed: int) -> list[N
     pool = templated_sentences(pool_size, seed=pool_seed)
     return [NLLItem(context=tuple(rng.sample(pool, rng.randint(2, 6))), target=rng.choice(pool))
             for _ in range(n)]
+
+
+def chat_turns(n: int, rng: random.Random, pool: Sequence[str], words: tuple[int, int] = (10, 25)
+               ) -> list[str]:
+    """`n` chat turns, each templated sentences from `pool` joined until it has `words[0]` to
+    `words[1]` words (a target drawn by `rng`; the last sentence is cut to the target)."""
+    out = []
+    for _ in range(n):
+        want, turn = rng.randint(*words), []
+        while len(turn) < want:
+            turn += rng.choice(pool).split()
+        out.append(" ".join(turn[:want]))
+    return out
 
 
 def item_json(item: NLLItem) -> dict[str, Any]:
