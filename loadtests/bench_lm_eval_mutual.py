@@ -104,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrent", type=int, default=4,
                     help="local-completions: requests in flight (lm-eval's num_concurrent)")
     ap.add_argument("--hf-batch-size", type=int, default=16, help="hf: lm-eval's batch_size")
+    ap.add_argument("--model", choices=("small", "medium"), default="small",
+                    help="the checkpoint (loadtests.common.checkpoint): the 2-layer stand-in, or "
+                    "random weights of DialoGPT-medium's shapes, whose cost per position is the "
+                    "real model's")
     ap.add_argument("--rounds", type=int, default=2,
                     help="timed runs of each method, interleaved (the fastest is reported)")
     add_threads(ap)
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     from lm_eval.models.huggingface import HFLM
     from lm_eval.models.openai_completions import LocalCompletionsAPI
 
-    source = checkpoint("small")
+    source = checkpoint(args.model)
     window = AutoConfig.from_pretrained(source).n_positions
     tasks = task_folder(args.data, Path(tempfile.mkdtemp(prefix="lm-eval-tasks-")))
 
