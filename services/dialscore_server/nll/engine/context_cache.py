@@ -246,8 +246,3 @@ class ContextCache:
                     del self._by_prefix[key]
         self.stats.bytes -= entry.nbytes
         self.stats.entries = len(self._entries)
-
-    def clear(self) -> None:
-        """Drop every entry (counted as neither eviction nor miss)."""
-        for eid in list(self._entries):
-            self._remove(eid)
