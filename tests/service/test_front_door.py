@@ -125,7 +125,12 @@ def test_an_answer_sent_before_the_body_is_relayed_though_the_upstream_resets(se
     """The upstream answers once the head has arrived and closes without reading the 4 MB body
     the client goes on sending: its kernel resets the connection, and the front door's writes
     to it fail. The answer it had sent still reaches the client whole, every time (an asyncio
-    transport would drop it, unread, with the failed write: about one try in three here)."""
+    transport would drop it, unread, with the failed write: about one try in three here).
+
+    The client reads the answer's end (the front door's FIN) while the front door is still
+    lingering, reading the rest of the body: each try waits for that connection to be gone, so
+    that lingering tries never add up past the connection cap, however slowly the front door
+    drains them."""
     body = b"x" * (4 << 20)
     for _ in range(EARLY_TRIES):
         with setup.connect() as sock:
@@ -133,6 +138,7 @@ def test_an_answer_sent_before_the_body_is_relayed_though_the_upstream_resets(se
             sock.sendall(body)  # read and discarded by the front door once it has answered
             sock.shutdown(socket.SHUT_WR)
             assert rest_until_closed(sock, HANG_S) == EARLY_ANSWER
+        setup.wait_open(0)
 
 
 def test_malformed_framing_is_answered_by_the_upstream(setup):
