@@ -81,16 +81,49 @@ def per_sample(out: dict) -> dict[int, list[float]]:
 
 
 def cache_counters(model: str) -> dict[str, float]:
-    """The context cache counters of `model`'s replica (hits, misses, positions read)."""
+    """The context cache counters of `model`'s replica (hits, misses, positions read) and the
+    positions its engine computed (``dialscore_batch_tokens``'s sum), since the replica started."""
     texts = replica_metrics()
     where = {"application": APP, "model": model}
     return {
+        "computed": sample_sum(texts, "ray_dialscore_batch_tokens_sum", **where),
         "hits": sample_sum(texts, "ray_dialscore_context_cache_lookups_total", result="hit", **where),
         "misses": sample_sum(texts, "ray_dialscore_context_cache_lookups_total", result="miss",
                              **where),
         "tokens_read": sample_sum(texts, "ray_dialscore_context_cache_tokens_total", **where),
         "reused_tokens": sample_sum(texts, "ray_dialscore_reused_tokens_total", **where),
     }
+
+
+def positions_bound(data: Path, source: Path, window: int, limit: int | None) -> dict[str, int]:
+    """The prompt positions lm-eval's requests hold (``sent``: every option's prompt, context and
+    option, at most `window` tokens) and how many of them remain when each instance's context is
+    computed once (``once``: the context, then each option's own tokens): the most that any reuse
+    can save. Counted with the checkpoint's tokenizer on the task's own texts, context and option
+    tokenized together as lm-eval joins them; approximate where a prompt exceeds the window (it
+    is cut from the left, and the cut context is counted once for all options)."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mutual_dev_utils", TASKS / TASK / "utils.py")
+    assert spec is not None and spec.loader is not None
+    task_utils = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(task_utils)  # the task's own doc_to_text, as lm-eval loads it
+    tok = AutoTokenizer.from_pretrained(source)
+    sent = once = 0
+    lines = data.read_text().splitlines()
+    for line in lines[:limit] if limit is not None else lines:
+        doc = json.loads(line)
+        context = task_utils.doc_to_text(doc)
+        n_context = len(tok(context)["input_ids"])
+        whole = [min(window, len(tok(context + "\n" + option)["input_ids"]))
+                 for option in doc["options"]]
+        sent += sum(whole)
+        once += min(n_context, window) + sum(max(1, w - min(n_context, window)) for w in whole)
+    return {"sent": sent, "once": once}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             for key in order:
                 name = served[key]
                 before = replica_work(APP, name).busy_s
+                computed_before = cache_counters(name)["computed"]
                 api = LocalCompletionsAPI(
                     base_url=f"{url}/v1/completions", model=name, tokenizer=str(source),
                     tokenizer_backend="huggingface", tokenized_requests=True, max_length=window,
@@ -168,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                 seconds[key].append(s)
                 time.sleep(2.5)  # a metrics report interval (1 s here) and then some
                 counters[key].append(cache_counters(name))
+                counters[key][-1]["computed"] -= computed_before
                 busy[key].append(replica_work(APP, name).busy_s - before)
         print(f"round {k + 1}: " + ", ".join(f"{m} {v[-1]:.1f} s" for m, v in seconds.items()),
               flush=True)
@@ -195,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     on, off, hf_s = report["cache on"]["seconds"], report["cache off"]["seconds"], report["hf"]["seconds"]
     ratios = {"cache_on_vs_hf": hf_s / on, "cache_on_vs_cache_off": off / on,
               "cache_off_vs_hf": hf_s / off}
+    bound = positions_bound(args.data, source, window, args.limit)
+    computed = {key: min(r["computed"] for r in counters[key]) for key in counters}
     print(f"MuTual dev: {len(ref)} instances x 4 options = {requests} requests; checkpoint "
           f"{source} (window {window}); {threads} torch threads; local-completions: batch_size "
           f"{args.batch_size}, num_concurrent {args.concurrent}, token ids; hf: batch_size "
@@ -208,6 +245,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{key}, {args.rounds} runs: context cache hits {c['hits']:.0f}, misses {c['misses']:.0f}, positions "
               f"read {c['tokens_read']:.0f}; shared-prefix positions not recomputed "
               f"{c['reused_tokens']:.0f}")
+    print(f"positions computed per run (fewest): cache on {computed['cache on']:.0f}, cache off "
+          f"{computed['cache off']:.0f} ({computed['cache off'] / max(computed['cache on'], 1):.2f}x); "
+          f"prompts hold {bound['sent']}, each context once {bound['once']} "
+          f"({bound['sent'] / bound['once']:.2f}x at most over no reuse, approx.)")
     print(f"cache on vs hf: {ratios['cache_on_vs_hf']:.2f}x (goal 3x); cache on vs cache off: "
           f"{ratios['cache_on_vs_cache_off']:.2f}x (goal 2x)")
     worst = max(r["max_rel_diff_vs_hf"] for r in report.values())
@@ -216,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         "instances": len(ref), "requests": requests, "checkpoint": str(source), "window": window,
         "threads": threads, "batch_size": args.batch_size, "num_concurrent": args.concurrent,
         "hf_batch_size": args.hf_batch_size, "rounds": args.rounds, "methods": report, "ratios": ratios,
+        "positions": {"computed_fewest": computed, "bound": bound},
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpus": os.cpu_count()})
     return 0 if worst < 1e-6 and same_acc else 1
 
