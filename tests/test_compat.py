@@ -263,3 +263,18 @@ def test_entry_request_backoff():
     if "routing_context.should_backoff" not in loop:
         broken("request_backoff", "Serve's routing loop no longer reads "
                "routing_context.should_backoff: setting it no longer asks for a backoff")
+
+
+def test_entry_ray_start_timed_out():
+    import ray._private.node as node
+
+    squeezed = "".join(inspect.getsource(node.Node.__init__).split())  # no whitespace
+    raised = 'raiseException("' + "".join(compat.RAY_START_TIMEOUT_MESSAGE.split())
+    if "raylet_start_wait_time_s" not in squeezed or raised not in squeezed:
+        broken("ray_start_timed_out", "ray._private.node.Node.__init__ no longer raises a bare "
+               f"Exception starting {compat.RAY_START_TIMEOUT_MESSAGE!r} when its raylet does not "
+               "register in time: the embedded default no longer retries a timed-out start")
+    assert compat.ray_start_timed_out(Exception(compat.RAY_START_TIMEOUT_MESSAGE + ". This ..."))
+    assert not compat.ray_start_timed_out(RuntimeError(compat.RAY_START_TIMEOUT_MESSAGE))
+    assert not compat.ray_start_timed_out(ValueError("num_cpus must be positive"))
+

@@ -27,6 +27,9 @@ start_gcs_server          Ray           ``ray._private.node.Node.start_gcs_serve
 cached_queue_len          Ray Serve     ``RequestRouter.replica_queue_len_cache`` (public) and
                                         its ``get(replica_id)`` (undocumented)
 request_backoff           Ray Serve     ``PendingRequest.routing_context.should_backoff``
+ray_start_timed_out       Ray           the message of the bare ``Exception`` that
+                                        ``ray._private.node.Node`` raises when its raylet does
+                                        not register within its fixed wait
 ========================  ============  ======================================================
 
 Nothing here imports torch, transformers or Ray at module level: the gateway imports this module
@@ -42,7 +45,7 @@ from typing import Any
 ENTRIES = ("replica_accepted", "onednn_linear", "quantized_linear_prepack",
            "quantized_linear_dynamic", "prefix_cache_layer", "session_logs_dir",
            "fake_head_node_id", "kill_gcs_server", "start_gcs_server", "cached_queue_len",
-           "request_backoff")
+           "request_backoff", "ray_start_timed_out")
 
 
 def replica_accepted(response: Any) -> Awaitable[Any] | None:
@@ -259,3 +262,20 @@ def request_backoff(pending_request: Any) -> bool:
         return False
     context.should_backoff = True
     return True
+
+
+# --------------------------------------------------------------------- the embedded local Ray
+#: The start of the message Ray's node raises when its raylet did not register in time.
+RAY_START_TIMEOUT_MESSAGE = "The current node timed out during startup"
+
+
+def ray_start_timed_out(error: BaseException) -> bool:
+    """Whether `error`, raised by ``ray.init`` starting a local Ray, is Ray's node startup timing
+    out (its raylet did not register with the GCS within Ray's fixed 30 s wait).
+
+    Why: the embedded default starts Ray again when that happens on a busy machine
+    (gateway/local_ray.py). Ray raises a bare ``Exception`` for it, with no type or attribute of
+    its own, so only its message tells it from a configuration error, which must not be
+    retried. Without it (the message changed), a timed-out start fails at once, as ``ray.init``
+    itself does."""
+    return type(error) is Exception and str(error).startswith(RAY_START_TIMEOUT_MESSAGE)

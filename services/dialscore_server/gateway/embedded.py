@@ -22,6 +22,7 @@ import yaml
 
 from dialscore_server.gateway.args import AppArgs
 from dialscore_server.gateway.front_door import FrontDoorLimits
+from dialscore_server.gateway.local_ray import start_local_ray
 from dialscore_server.contract.host_check import allowed_hosts_from_environment
 
 #: The embedded default's Serve config (deployments/local.yaml, shipped inside the package).
@@ -97,7 +98,9 @@ def local_service(args: AppArgs, *, num_cpus: int | None = None, name: str = "di
                   limits: FrontDoorLimits | None = None,
                   allowed_hosts: Sequence[str] | None = None,
                   drain_s: float = 0.0) -> Iterator[LocalService]:
-    """Start Ray and the app; yield its addresses; shut both down after.
+    """Start Ray (:func:`~dialscore_server.gateway.local_ray.start_local_ray`: again while its
+    node startup times out on a busy machine) and the app; yield its addresses; shut both down
+    after.
 
     The app is `args` with the embedded default's Host check (:func:`embedded_args`:
     `allowed_hosts`, else ``DIALSCORE_ALLOWED_HOSTS``, else ``args.allowed_hosts``, else loopback
@@ -136,9 +139,10 @@ def local_service(args: AppArgs, *, num_cpus: int | None = None, name: str = "di
         os.environ.setdefault(variable, value)
     roots = [str(Path(pkg.__file__).resolve().parents[1]) for pkg in (dialscore_server, dialscore)]
     pythonpath = os.pathsep.join(p for p in (*roots, os.environ.get("PYTHONPATH")) if p)
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-                                       "PYTHONPATH": pythonpath}})
+    start_local_ray(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                    runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1",
+                                              "TOKENIZERS_PARALLELISM": "false",
+                                              "PYTHONPATH": pythonpath}})
     try:
         start_serve(proxy_port)
         metrics.SLOW_CLIENTS.record_to_ray_from_this_process()
