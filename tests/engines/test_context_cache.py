@@ -287,3 +287,29 @@ def test_prompts_read_their_shared_positions_and_records_back(dialogpt):
     (b,), _ = off.score_encoded([item])
     same(a, b)
     assert stats.cached_tokens == 0
+
+
+def test_cached_tails_are_batched_apart_from_uncached_prefixes(dialogpt):
+    """One call holding prompts whose contexts the cache has (each computes a 4-token tail) and
+    two options of a context it has not (a 90-token prefix computed whole): the tails fill a
+    prefix pass of their own, never padded to the uncached prefix, and every number is the
+    cache-off one."""
+    on, off = engine(dialogpt, context_cache_bytes=10**9), engine(dialogpt)
+    rng = random.Random(8)
+    vocab = on.vocab_size
+
+    def prompt(context, option_len):
+        ids = list(context) + [rng.randrange(vocab) for _ in range(option_len)]
+        return on.encode_prompt(ids, append_next=False, top_k=1)
+
+    seen = [tuple(rng.randrange(vocab) for _ in range(n)) for n in (40, 48, 56, 64)]
+    for context in seen:
+        on.score_encoded([prompt(context, 3)])
+    fresh = tuple(rng.randrange(vocab) for _ in range(90))
+    items = [prompt(context, 4) for context in seen] + [prompt(fresh, 4), prompt(fresh, 4)]
+    got, stats = on.score_encoded(items)
+    for a, b in zip(got, off.score_encoded(items)[0]):
+        assert_close(a, b, CACHE_TOL, relative=True)
+    assert stats.cached_tokens == sum(len(c) - 1 for c in seen)  # each context but its last token
+    assert stats.padded_tokens == stats.real_tokens
+

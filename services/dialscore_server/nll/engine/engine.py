@@ -94,14 +94,15 @@ from typing import TYPE_CHECKING, Any
 
 from dialscore.model_card import ModelCard
 from dialscore_server.scheduling.planner import (
-    MIN_SHARED_PREFIX, BatchStats, SharedPrefixGroup, chain_hosts, pack, share_prefixes,
+    KV_BUDGET_FACTOR, MIN_SHARED_PREFIX, BatchStats, SharedPrefixGroup, chain_hosts, pack,
+    share_prefixes,
 )
 from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_threads
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.nll.engine.context_cache import ContextCache
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLEncoder, NLLItem
-from dialscore_server.nll.engine.forward import ForwardPasses
+from dialscore_server.nll.engine.forward import ForwardPasses, cached_prefix
 from dialscore_server.nll.engine.prompts import check_vocabulary, encode_prompt
 from dialscore_server.nll.tokenizer.serving import TokenizerInfo
 from dialscore_server.nll.engine.layout import Pieces
@@ -375,7 +376,8 @@ class NLLEngine:
                                                self.min_shared_prefix)
                 if cache is not None:
                     groups, alone = self._cached_alone(rows, groups, alone, cache)
-            for planned in self._plan_shared(groups):
+            for planned in self._plan_shared(groups, [
+                    cached_prefix(rows, g, cache) if cache is not None else 0 for g in groups]):
                 unit = [g for g in planned if guard.any_wanted(g.items)]
                 if unit:
                     batch = [i for g in unit for i in g.items]
@@ -535,14 +537,29 @@ class NLLEngine:
         return (n_encoded * max(len(s) for s in sources)
                 + len(rows) * (max(len(r.target_ids) for r in rows) + dec))
 
-    def _plan_shared(self, groups: Sequence[SharedPrefixGroup]) -> list[list[SharedPrefixGroup]]:
-        """Batches of prefix groups: their prefixes fill one prefix pass under the token budget
-        (groups × longest prefix); their continuations then take as many passes as
-        :func:`~dialscore_server.scheduling.planner.chunk_passes` cuts them into (each under the budget,
-        similar lengths together). Groups are sorted by prefix length so prefix padding stays
-        small. The batch's prefix cache (prefix tokens × layers × 2 × width numbers, at most one
-        budget's worth) lives until its continuations are done. Large prefix passes matter: a
-        pass of one ~90-token prefix multiplies every weight matrix by only 90 rows, far below
-        the CPU's best rate."""
-        ordered = sorted(groups, key=lambda g: (g.length, len(g.items)))
-        return pack(ordered, lambda run: len(run) * max(g.length for g in run), self.token_budget)
+    def _plan_shared(self, groups: Sequence[SharedPrefixGroup], cached: Sequence[int]
+                     ) -> list[list[SharedPrefixGroup]]:
+        """Batches of prefix groups, `cached[k]` being how many of group k's prefix positions the
+        context cache holds (:func:`~dialscore_server.nll.engine.forward.cached_prefix`): their
+        prefix pass computes each group's prefix past its cached part, rows × the longest such
+        remainder under the token budget, and attends to the cached parts, rows × the longest
+        prefix under KV_BUDGET_FACTOR × the budget (the padded past's memory). Their continuations
+        then take as many passes as :func:`~dialscore_server.scheduling.planner.chunk_passes`
+        cuts them into (each under the budget, similar lengths together). Groups with a cached
+        part and groups without are batched apart, each sorted by remainder, then prefix length,
+        so padding stays small: cached tails a few tokens long fill passes of their own rather
+        than being padded to whole prefixes beside uncached groups. Large passes matter: a pass of one ~90-token prefix multiplies every weight
+        matrix by only 90 rows, far below the CPU's best rate. A cached part evicted between
+        this plan and its pass is computed in that pass, which then exceeds the budget by at
+        most the KV bound."""
+        left = {id(g): g.length - c for g, c in zip(groups, cached)}
+
+        def cost(run: list[SharedPrefixGroup]) -> int:
+            rows = len(run)
+            return max(rows * max(left[id(g)] for g in run),
+                       -(-rows * max(g.length for g in run) // KV_BUDGET_FACTOR))
+
+        key = lambda g: (left[id(g)], g.length, len(g.items))  # noqa: E731
+        return [run for part in ([g for g, c in zip(groups, cached) if c],
+                                 [g for g, c in zip(groups, cached) if not c])
+                for run in pack(sorted(part, key=key), cost, self.token_budget)]

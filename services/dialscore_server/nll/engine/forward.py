@@ -187,14 +187,10 @@ class ForwardPasses:
 
         device = self.device
         seqs = {i: encoded[i].source_ids + encoded[i].target_ids for g in unit for i in g.items}
-        contexts = [min(g.length, *(len(encoded[i].source_ids) for i in g.items)) for g in unit]
-        # A group of prompts (one-token sources) that all ask the same alternatives may read
-        # scored positions back; any other group only positions before its first scored one.
-        prompts = [c == 1 and len({encoded[i].top_k for i in g.items}) == 1
-                   for g, c in zip(unit, contexts)]
-        hits = [cache.lookup(seqs[g.items[0]][: g.length], min(g.length, c) - 1,
-                             g.length - 1 if scored else 0, encoded[g.items[0]].top_k)
-                if cache is not None else None for g, c, scored in zip(unit, contexts, prompts)]
+        contexts = [_context(encoded, g) for g in unit]
+        prompts = [_scored_prompts(encoded, g) for g in unit]
+        hits = [cache.lookup(*_cache_query(encoded, g)) if cache is not None else None
+                for g in unit]
         past = [h.length if h else 0 for h in hits]
         past_width = max(past)
         width = max(g.length - p for g, p in zip(unit, past))
@@ -322,6 +318,37 @@ class ForwardPasses:
         return [pre.get(i, []) + post[i] if i in post
                 else pre.get(i, []) if n_pre[i] == len(encoded[i].target_ids) else None
                 for i in order]
+
+
+def cached_prefix(encoded: Sequence[EncodedItem], group: SharedPrefixGroup,
+                  cache: ContextCache) -> int:
+    """How many of `group`'s prefix positions :meth:`ForwardPasses.shared` would read from
+    `cache` now (0: none), without counting a lookup or touching the recency order."""
+    return cache.probe(*_cache_query(encoded, group))
+
+
+def _context(encoded: Sequence[EncodedItem], group: SharedPrefixGroup) -> int:
+    """The group's context: its prefix up to its shortest source (never a target position)."""
+    return min(group.length, *(len(encoded[i].source_ids) for i in group.items))
+
+
+def _scored_prompts(encoded: Sequence[EncodedItem], group: SharedPrefixGroup) -> bool:
+    """Whether `group` is of prompts (one-token sources) that all ask the same alternatives: such
+    a group may read scored positions back from the cache; any other group only positions
+    before its first scored one."""
+    return (_context(encoded, group) == 1
+            and len({encoded[i].top_k for i in group.items}) == 1)
+
+
+def _cache_query(encoded: Sequence[EncodedItem], group: SharedPrefixGroup
+                 ) -> tuple[list[int], int, int, int]:
+    """The arguments of `group`'s context cache lookup: its prefix tokens, the longest plain
+    prefix it may read (one short of its context), the longest scored one (one short of its
+    prefix, for scored prompts only) and its alternatives' k."""
+    first = encoded[group.items[0]]
+    return ((first.source_ids + first.target_ids)[: group.length],
+            _context(encoded, group) - 1,
+            group.length - 1 if _scored_prompts(encoded, group) else 0, first.top_k)
 
 
 def _row_states(kv: Sequence[tuple[Any, Any]], row: int, cached: int, past_width: int, n: int
