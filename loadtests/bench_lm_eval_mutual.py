@@ -102,11 +102,10 @@ def positions_bound(data: Path, source: Path, window: int, limit: int | None) ->
     can save. Counted with the checkpoint's tokenizer on the task's own texts, context and option
     tokenized together as lm-eval joins them; approximate where a prompt exceeds the window (it
     is cut from the left, and the cut context is counted once for all options)."""
+    import importlib.util
     import json
 
     from transformers import AutoTokenizer
-
-    import importlib.util
 
     spec = importlib.util.spec_from_file_location("mutual_dev_utils", TASKS / TASK / "utils.py")
     assert spec is not None and spec.loader is not None

@@ -48,9 +48,9 @@ def start_local_ray(init: Callable[..., Any] | None = None, *, tries: int = RAY_
             stop_new_children(before)
 
 
-def stop_new_children(before: set[int], grace_s: float = STOP_GRACE_S) -> list[int]:
-    """SIGTERM every descendant of this process whose pid is not in `before`, SIGKILL those still
-    running after `grace_s`; return their pids."""
+def stop_new_children(before: set[int], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM every descendant of this process whose pid is not in `before`, and SIGKILL those
+    still running after `grace_s`."""
     import psutil
 
     new = [child for child in psutil.Process().children(recursive=True) if child.pid not in before]
@@ -66,4 +66,3 @@ def stop_new_children(before: set[int], grace_s: float = STOP_GRACE_S) -> list[i
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(alive, timeout=grace_s)
-    return [child.pid for child in new]

@@ -548,18 +548,21 @@ class NLLEngine:
         cuts them into (each under the budget, similar lengths together). Groups with a cached
         part and groups without are batched apart, each sorted by remainder, then prefix length,
         so padding stays small: cached tails a few tokens long fill passes of their own rather
-        than being padded to whole prefixes beside uncached groups. Large passes matter: a pass of one ~90-token prefix multiplies every weight
-        matrix by only 90 rows, far below the CPU's best rate. A cached part evicted between
-        this plan and its pass is computed in that pass, which then exceeds the budget by at
-        most the KV bound."""
-        left = {id(g): g.length - c for g, c in zip(groups, cached)}
+        than being padded to whole prefixes beside uncached groups. Large passes matter: a pass
+        of one ~90-token prefix multiplies every weight matrix by only 90 rows, far below the
+        CPU's best rate. A cached part evicted between this plan and its pass is computed in
+        that pass, which then exceeds the budget by at most the KV bound."""
+        left = {g: g.length - c for g, c in zip(groups, cached)}
 
         def cost(run: list[SharedPrefixGroup]) -> int:
             rows = len(run)
-            return max(rows * max(left[id(g)] for g in run),
+            return max(rows * max(left[g] for g in run),
                        -(-rows * max(g.length for g in run) // KV_BUDGET_FACTOR))
 
-        key = lambda g: (left[id(g)], g.length, len(g.items))  # noqa: E731
-        return [run for part in ([g for g, c in zip(groups, cached) if c],
-                                 [g for g, c in zip(groups, cached) if not c])
-                for run in pack(sorted(part, key=key), cost, self.token_budget)]
+        def order(part: list[SharedPrefixGroup]) -> list[SharedPrefixGroup]:
+            return sorted(part, key=lambda g: (left[g], g.length, len(g.items)))
+
+        with_cache = [g for g, c in zip(groups, cached) if c]
+        without = [g for g, c in zip(groups, cached) if not c]
+        return [run for part in (with_cache, without)
+                for run in pack(order(part), cost, self.token_budget)]
