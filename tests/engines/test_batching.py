@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from dialscore_server.scheduling.planner import (
-    MAX_PASS_WASTE, MIN_PASS_TOKENS, BatchStats, SharedPrefixGroup, chunk_passes, common_prefix,
+    MAX_PASS_WASTE, MIN_PASS_TOKENS, PASS_OVERHEAD_TOKENS, BatchStats, SharedPrefixGroup, chunk_passes, common_prefix,
     pack, share_prefixes,
 )
 
@@ -41,6 +41,28 @@ def test_pack_keeps_order_and_respects_the_budget():
             assert cost(run + after[:1]) > budget
 
 
+def test_pack_with_lengths_ends_a_run_where_the_next_element_pads_it_past_a_pass():
+    rng = random.Random(3)
+    for _ in range(200):
+        lengths = sorted(rng.randint(1, 80) for _ in range(rng.randint(0, 40)))
+        budget = rng.randint(1, 2000)
+        cost = rows_times_longest(lengths)
+        runs = pack(list(range(len(lengths))), cost, budget, length=lengths.__getitem__)
+        assert [i for run in runs for i in run] == list(range(len(lengths)))
+        for run in runs:
+            assert len(run) == 1 or cost(run) <= budget
+            for n in range(1, len(run)):  # no element padded the ones before it past the bound
+                assert n * (lengths[run[n]] - lengths[run[n - 1]]) <= PASS_OVERHEAD_TOKENS
+        for run, after in zip(runs, runs[1:]):  # greedy: the next element broke a rule
+            assert (cost(run + after[:1]) > budget
+                    or len(run) * (lengths[after[0]] - lengths[run[-1]]) > PASS_OVERHEAD_TOKENS)
+    # Four rows of 10, then 19 (pads 36 slots > 32) and 18 (pads 32: kept).
+    assert pack([0, 1, 2, 3, 4], rows_times_longest([10, 10, 10, 10, 19]), 10**6,
+                length=[10, 10, 10, 10, 19].__getitem__) == [[0, 1, 2, 3], [4]]
+    assert pack([0, 1, 2, 3, 4], rows_times_longest([10, 10, 10, 10, 18]), 10**6,
+                length=[10, 10, 10, 10, 18].__getitem__) == [[0, 1, 2, 3, 4]]
+
+
 def test_pack_puts_an_oversized_item_alone():
     costs = [3, 3, 50, 3]
     runs = pack([0, 1, 2, 3], rows_times_longest(costs), budget=10)
@@ -51,10 +73,12 @@ def test_pack_puts_an_oversized_item_alone():
 
 # ---------------------------------------------------------------------------------- chunk_passes
 def pass_ok(lengths: list[int], budget: int, prefix_width: int, kv_budget: int) -> bool:
-    """A pass of several rows obeys the three rules at every row it took in."""
+    """A pass of several rows obeys the four rules at every row it took in."""
     for n in range(2, len(lengths) + 1):
         w, real_before = max(lengths[:n]), sum(lengths[:n - 1])
         if n * w > budget or n * (prefix_width + w) > kv_budget:
+            return False
+        if (n - 1) * (lengths[n - 1] - max(lengths[:n - 1])) > PASS_OVERHEAD_TOKENS:
             return False
         if real_before >= MIN_PASS_TOKENS and 1 - sum(lengths[:n]) / (n * w) > MAX_PASS_WASTE:
             return False
@@ -76,11 +100,14 @@ def test_chunk_passes_obey_the_budget_kv_and_waste_rules_greedily():
 
 
 def test_chunk_passes_waste_rule_applies_once_a_pass_holds_enough_tokens():
+    assert PASS_OVERHEAD_TOKENS == 32  # the figures below
     big = 10**6
     # 30 rows of 10 hold 300 >= MIN_PASS_TOKENS real tokens; a row of 11 would pad 30 slots (9%).
     assert [len(p) for p in chunk_passes([10] * 30 + [11], lambda n: n, big, 0, big)] == [30, 1]
-    # Fewer real tokens than MIN_PASS_TOKENS: padding is accepted.
-    assert [len(p) for p in chunk_passes([10] * 5 + [40], lambda n: n, big, 0, big)] == [6]
+    # Fewer real tokens than MIN_PASS_TOKENS: padding is accepted up to a pass's overhead
+    # (5 rows padded by 6 = 30 slots), not beyond it (5 × 7 = 35).
+    assert [len(p) for p in chunk_passes([10] * 5 + [16], lambda n: n, big, 0, big)] == [6]
+    assert [len(p) for p in chunk_passes([10] * 5 + [17], lambda n: n, big, 0, big)] == [5, 1]
 
 
 def test_chunk_passes_kv_rule_counts_the_prefix_width():

@@ -35,6 +35,11 @@ KV_BUDGET_FACTOR = 4
 #: lose more to overhead than padding costs). Measured effect: docs/benchmarks/probe-scoring.md.
 MAX_PASS_WASTE = 0.03
 MIN_PASS_TOKENS = 256
+#: What one more forward pass costs beyond its positions, in positions: a length-sorted row that
+#: would add more padding than this to the pass being formed starts a new pass instead, however
+#: few real tokens the pass holds (:func:`pads_past_a_pass`). Measured effect:
+#: docs/benchmarks/lm-eval.md.
+PASS_OVERHEAD_TOKENS = 32
 
 
 @dataclass(frozen=True)
@@ -112,21 +117,33 @@ class BatchStats:
         return max(0, self.item_tokens - self.real_tokens)
 
 
-def pack(ordered: Sequence[T], cost: Callable[[list[T]], int], budget: int) -> list[list[T]]:
+def pads_past_a_pass(rows: int, longest: int, length: int) -> bool:
+    """Whether a row of `length` positions joining a pass of `rows` rows padded to `longest` pads
+    them by more than PASS_OVERHEAD_TOKENS slots in all (a pass of its own would cost less)."""
+    return rows * (length - longest) > PASS_OVERHEAD_TOKENS
+
+
+def pack(ordered: Sequence[T], cost: Callable[[list[T]], int], budget: int,
+         length: Callable[[T], int] | None = None) -> list[list[T]]:
     """Cut `ordered` into consecutive runs, each as long as ``cost(run) <= budget`` allows; a first
-    element that alone exceeds the budget still forms its own run.
+    element that alone exceeds the budget still forms its own run. With `length` (the positions
+    an element takes in its pass, `ordered` ascending in it), a run also ends where the next
+    element would pad it past a pass's overhead (:func:`pads_past_a_pass`).
 
     Greedy: a run grows until the next element would push its cost over the budget. `cost` is
     called on every trial run, so it should be cheap (the callers' costs are rows × longest row).
     """
     runs: list[list[T]] = []
     current: list[T] = []
+    longest = 0
     for x in ordered:
         trial = current + [x]
-        if current and cost(trial) > budget:
+        n = length(x) if length is not None else 0
+        if current and (cost(trial) > budget or pads_past_a_pass(len(current), longest, n)):
             runs.append(current)
-            trial = [x]
+            trial, longest = [x], 0
         current = trial
+        longest = max(longest, n)
     if current:
         runs.append(current)
     return runs
@@ -135,7 +152,8 @@ def pack(ordered: Sequence[T], cost: Callable[[list[T]], int], budget: int) -> l
 def chunk_passes(rows: Sequence[T], length: Callable[[T], int], budget: int, prefix_width: int,
                  kv_budget: int) -> list[list[T]]:
     """Cut length-sorted continuation rows into passes: rows × longest ≤ `budget`, rows × (prefix
-    width + longest) ≤ `kv_budget`, and padding ≤ MAX_PASS_WASTE once a pass holds MIN_PASS_TOKENS
+    width + longest) ≤ `kv_budget`, no row padding the rows before it past a pass's overhead
+    (:func:`pads_past_a_pass`), and padding ≤ MAX_PASS_WASTE once a pass holds MIN_PASS_TOKENS
     real tokens (a single row always forms a pass)."""
     out: list[list[T]] = []
     current: list[T] = []
@@ -143,7 +161,8 @@ def chunk_passes(rows: Sequence[T], length: Callable[[T], int], budget: int, pre
     for r in rows:
         w = max(longest, length(r))
         n = len(current) + 1
-        wasteful = real >= MIN_PASS_TOKENS and 1 - (real + length(r)) / (n * w) > MAX_PASS_WASTE
+        wasteful = (real >= MIN_PASS_TOKENS and 1 - (real + length(r)) / (n * w) > MAX_PASS_WASTE
+                    or pads_past_a_pass(n - 1, longest, length(r)))
         if current and (n * w > budget or n * (prefix_width + w) > kv_budget or wasteful):
             out.append(current)
             current, w, real = [], length(r), 0

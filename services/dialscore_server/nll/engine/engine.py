@@ -518,14 +518,18 @@ class NLLEngine:
     # ----------------------------------------------------------------------------- planning
     def _plan(self, encoded: Sequence[EncodedItem]) -> list[list[int]]:
         """Group item indices into batches under the token budget, sorted by length so rows of
-        similar length share a batch (seq2seq: same sources adjacent, to encode them once)."""
+        similar length share a batch, a causal row that would pad its batch past a pass's overhead
+        starting the next (seq2seq: same sources adjacent, to encode them once)."""
+        def cost(run: list[int]) -> int:
+            return self._padded_cost([encoded[j] for j in run])
+
         if self.config.family == "causal":
             order = sorted(range(len(encoded)), key=lambda i: encoded[i].cost)
-        else:
-            order = sorted(range(len(encoded)),
-                           key=lambda i: (len(encoded[i].source_ids), encoded[i].source_ids,
-                                          len(encoded[i].target_ids)))
-        return pack(order, lambda run: self._padded_cost([encoded[j] for j in run]), self.token_budget)
+            return pack(order, cost, self.token_budget, length=lambda i: encoded[i].cost)
+        order = sorted(range(len(encoded)),
+                       key=lambda i: (len(encoded[i].source_ids), encoded[i].source_ids,
+                                      len(encoded[i].target_ids)))
+        return pack(order, cost, self.token_budget)
 
     def _padded_cost(self, rows: Sequence[EncodedItem]) -> int:
         """Padded positions of one plain pass over `rows` (what the token budget bounds)."""
@@ -548,7 +552,9 @@ class NLLEngine:
         cuts them into (each under the budget, similar lengths together). Groups with a cached
         part and groups without are batched apart, each sorted by remainder, then prefix length,
         so padding stays small: cached tails a few tokens long fill passes of their own rather
-        than being padded to whole prefixes beside uncached groups. Large passes matter: a pass
+        than being padded to whole prefixes beside uncached groups, and a group whose remainder
+        would pad the pass past a pass's overhead
+        (:func:`~dialscore_server.scheduling.planner.pads_past_a_pass`) starts the next. Large passes matter: a pass
         of one ~90-token prefix multiplies every weight matrix by only 90 rows, far below the
         CPU's best rate. A cached part evicted between this plan and its pass is computed in
         that pass, which then exceeds the budget by at most the KV bound."""
@@ -565,4 +571,4 @@ class NLLEngine:
         with_cache = [g for g, c in zip(groups, cached) if c]
         without = [g for g, c in zip(groups, cached) if not c]
         return [run for part in (with_cache, without)
-                for run in pack(order(part), cost, self.token_budget)]
+                for run in pack(order(part), cost, self.token_budget, length=left.__getitem__)]
