@@ -20,7 +20,9 @@ variant, each variant its own deployment of two replicas (0.3 CPU, 1 torch threa
   when ServingOptions has no such field in the code being run (where it has, the other two
   variants say ``affinity_routing: false``).
 
-``--model medium`` serves a random GPT-2 with DialoGPT-medium's shapes instead (1.4 GB per
+``--variants`` picks some of them (in its order; the first is the one the ratios are to): at
+``--model medium`` three variants' six replicas with their caches at the default bound do not fit
+a 23 GiB host. ``--model medium`` serves a random GPT-2 with DialoGPT-medium's shapes instead (1.4 GB per
 replica; use few sessions): at the stand-in's width a call's engine time is a few milliseconds of
 the whole path's hundreds, so only the positions, not the latency, show the cache there.
 
@@ -254,6 +256,11 @@ def served(args: argparse.Namespace) -> list[dict[str, Any]]:
     else:
         print("note: ServingOptions has no affinity_routing field in this code; the "
               "cache-on + affinity variant is skipped")
+    chosen = args.variants.split(",")
+    unknown = set(chosen) - {v[0] for v in variants}
+    if unknown:
+        raise SystemExit(f"--variants: unknown or unavailable {sorted(unknown)}")
+    variants = [v for v in variants if v[0] in chosen]
     app_args = {
         "stand_ins": str(WORK / "stand-ins"), "request_timeout_s": 300,
         "models": [nll_entry(name, path, window, cache, aff) for name, _, cache, aff in variants],
@@ -416,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", default="8",
                     help="served: the client's max_concurrency, a round per value, each with new "
                          "sessions (default 8: the client's default)")
+    ap.add_argument("--variants", default="cache-off,cache-on,cache-affinity",
+                    help="served: which variants the app serves, in this order (ratios are to the "
+                         "first); fewer variants, fewer replicas: two per variant")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads, in-process modes (default 1, as each served replica)")
     ap.add_argument("--model", choices=["long", "medium"], default="long",
