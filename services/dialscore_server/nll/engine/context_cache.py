@@ -203,7 +203,11 @@ class ContextCache:
             self._remove(next(iter(self._entries)))
             self.stats.evictions += 1
         eid, self._next_id = self._next_id, self._next_id + 1
-        copies = [(k.contiguous().clone(), v.contiguous().clone()) for k, v in states]
+        import torch
+
+        # One copy each, contiguous (a view's .contiguous() then .clone() would copy twice).
+        copies = [(k.clone(memory_format=torch.contiguous_format),
+                   v.clone(memory_format=torch.contiguous_format)) for k, v in states]
         self._entries[eid] = _Entry(tokens, copies, nbytes,
                                     tuple(scores) if scores is not None else None, top_k)
         for b in range(1, len(tokens) // self.block + 1):
