@@ -27,35 +27,31 @@ def rows_times_longest(costs: list[int]):
     return lambda run: len(run) * max(costs[i] for i in run)
 
 
-def test_pack_keeps_order_and_respects_the_budget():
+@pytest.mark.parametrize("with_lengths", [False, True], ids=["budget", "budget-and-padding"])
+def test_pack_keeps_order_and_cuts_greedily_by_its_rules(with_lengths):
+    """Every run obeys the budget and, given the elements' lengths (ascending), no element pads
+    the ones before it by more than a pass's overhead; a run ends only where the next element
+    would break a rule."""
     rng = random.Random(0)
-    for _ in range(200):
-        costs = sorted(rng.randint(1, 60) for _ in range(rng.randint(0, 40)))
-        budget = rng.randint(1, 200)
-        cost = rows_times_longest(costs)
-        runs = pack(list(range(len(costs))), cost, budget)
-        assert [i for run in runs for i in run] == list(range(len(costs)))
-        for run in runs:
-            assert run and (len(run) == 1 or cost(run) <= budget)
-        for run, after in zip(runs, runs[1:]):  # greedy: the next element did not fit
-            assert cost(run + after[:1]) > budget
 
+    def pads(before: list[int], x: int) -> bool:  # x joining `before` pads it past the bound
+        return with_lengths and len(before) * (lengths[x] - lengths[before[-1]]) > PASS_OVERHEAD_TOKENS
 
-def test_pack_with_lengths_ends_a_run_where_the_next_element_pads_it_past_a_pass():
-    rng = random.Random(3)
     for _ in range(200):
         lengths = sorted(rng.randint(1, 80) for _ in range(rng.randint(0, 40)))
         budget = rng.randint(1, 2000)
         cost = rows_times_longest(lengths)
-        runs = pack(list(range(len(lengths))), cost, budget, length=lengths.__getitem__)
+        runs = pack(list(range(len(lengths))), cost, budget,
+                    length=lengths.__getitem__ if with_lengths else None)
         assert [i for run in runs for i in run] == list(range(len(lengths)))
         for run in runs:
-            assert len(run) == 1 or cost(run) <= budget
-            for n in range(1, len(run)):  # no element padded the ones before it past the bound
-                assert n * (lengths[run[n]] - lengths[run[n - 1]]) <= PASS_OVERHEAD_TOKENS
-        for run, after in zip(runs, runs[1:]):  # greedy: the next element broke a rule
-            assert (cost(run + after[:1]) > budget
-                    or len(run) * (lengths[after[0]] - lengths[run[-1]]) > PASS_OVERHEAD_TOKENS)
+            assert run and (len(run) == 1 or cost(run) <= budget)
+            assert not any(pads(run[:n], run[n]) for n in range(1, len(run)))
+        for run, after in zip(runs, runs[1:]):
+            assert cost(run + after[:1]) > budget or pads(run, after[0])
+
+
+def test_pack_ends_a_run_where_the_next_element_pads_it_past_a_pass():
     # Four rows of 10, then 19 (pads 36 slots > 32) and 18 (pads 32: kept).
     assert pack([0, 1, 2, 3, 4], rows_times_longest([10, 10, 10, 10, 19]), 10**6,
                 length=[10, 10, 10, 10, 19].__getitem__) == [[0, 1, 2, 3], [4]]
