@@ -21,9 +21,9 @@ variant, each variant its own deployment of two replicas (0.3 CPU, 1 torch threa
   variants say ``affinity_routing: false``).
 
 ``--variants`` picks some of them (in its order; the first is the one the ratios are to): at
-``--model medium`` three variants' six replicas with their caches at the default bound do not fit
-a 23 GiB host. ``--model medium`` serves a random GPT-2 with DialoGPT-medium's shapes instead (1.4 GB per
-replica; use few sessions): at the stand-in's width a call's engine time is a few milliseconds of
+``--model medium`` three variants' six replicas with their caches at the default bound do not
+fit a 23 GiB host. ``--model medium`` serves a random GPT-2 with DialoGPT-medium's shapes instead
+(1.4 GB per replica; use few sessions): at the stand-in's width a call's engine time is a few milliseconds of
 the whole path's hundreds, so only the positions, not the latency, show the cache there.
 
 Each variant gets the same sessions as POST /v1/rerank with ``nll_model`` and ``mode:

@@ -313,3 +313,32 @@ def test_cached_tails_are_batched_apart_from_uncached_prefixes(dialogpt):
     assert stats.cached_tokens == sum(len(c) - 1 for c in seen)  # each context but its last token
     assert stats.padded_tokens == stats.real_tokens
 
+
+def test_a_row_that_would_pad_a_pass_past_its_overhead_starts_the_next(dialogpt):
+    """Plain passes (prompts sharing nothing) and prefix passes (groups of prompts sharing a
+    prefix): rows of 30-32 tokens share a pass, and a 120-token row, which would pad them by 3 ×
+    88 > PASS_OVERHEAD_TOKENS slots, gets a pass of its own, however large the token budget."""
+    from dialscore_server.scheduling.planner import PASS_OVERHEAD_TOKENS
+
+    eng = engine(dialogpt, token_budget=10**6)
+    rng = random.Random(9)
+    vocab = eng.vocab_size
+
+    def ids(n):
+        return [rng.randrange(vocab) for _ in range(n)]
+
+    def prompt(tokens):
+        return eng.encode_prompt(tokens, append_next=False, top_k=0)
+
+    plain = [prompt(ids(n)) for n in (30, 31, 32, 120)]
+    _, stats = eng.score_encoded(plain)
+    assert stats.forward_passes == 2
+    assert stats.padded_tokens == 3 * 32 + 120 and stats.real_tokens == 30 + 31 + 32 + 120
+
+    prefixes = [ids(n) for n in (30, 31, 32, 120)]  # each shared by two prompts
+    grouped = [prompt(p + ids(2)) for p in prefixes for _ in range(2)]
+    _, stats = eng.score_encoded(grouped)
+    prefix_padding = 3 * 32 - (30 + 31 + 32)
+    assert prefix_padding <= PASS_OVERHEAD_TOKENS
+    assert stats.padded_tokens - stats.real_tokens <= prefix_padding + 2 * PASS_OVERHEAD_TOKENS
+    assert stats.padded_tokens - stats.real_tokens < 3 * (120 - 32)

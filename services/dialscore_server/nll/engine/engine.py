@@ -554,10 +554,9 @@ class NLLEngine:
         so padding stays small: cached tails a few tokens long fill passes of their own rather
         than being padded to whole prefixes beside uncached groups, and a group whose remainder
         would pad the pass past a pass's overhead
-        (:func:`~dialscore_server.scheduling.planner.pads_past_a_pass`) starts the next. Large passes matter: a pass
-        of one ~90-token prefix multiplies every weight matrix by only 90 rows, far below the
-        CPU's best rate. A cached part evicted between this plan and its pass is computed in
-        that pass, which then exceeds the budget by at most the KV bound."""
+        (:func:`~dialscore_server.scheduling.planner.pads_past_a_pass`) starts the next. A cached
+        part evicted between this plan and its pass is computed in that pass, which then exceeds
+        the budget by at most the KV bound."""
         left = {g: g.length - c for g, c in zip(groups, cached)}
 
         def cost(run: list[SharedPrefixGroup]) -> int:
