@@ -18,6 +18,7 @@ from dialscore_server.checkpoints.standins import reinit_
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.serving import NLLServing, chunk_items
+from dialscore_server.scheduling.lanes import LanePolicy
 from fake_api import FakeNLLEngine
 from merging_runner import (
     MergingRunner, assert_only_the_running_chunk_was_wasted, cancel_during_first_call, until,
@@ -172,3 +173,41 @@ def test_a_batching_runner_interleaves_chunks_of_concurrent_requests():
     order = runner.order
     assert order[:2] == [[20], [20, 4]] and len(order) == 8  # "x" + "a b" + eos: 4 tokens
     assert all(b.count(20) <= 1 for b in order)  # one chunk per request per call
+
+
+class RecordingEngine(FakeNLLEngine):
+    """The fake engine, recording the positions each call computes."""
+
+    def __init__(self):
+        super().__init__(CARD)
+        self.calls: list[int] = []
+
+    def score_encoded(self, encoded, guard=None):
+        self.calls.append(sum(self.positions(e) for e in encoded))
+        return super().score_encoded(encoded, guard)
+
+
+def test_a_bulk_request_is_cut_to_bulk_max_batch_and_scores_the_same():
+    """With ``bulk_max_batch`` below ``chunk_tokens``, a bulk request is cut into chunks of at most
+    that many positions (whole items; an item larger than it alone), so no bulk engine call
+    computes more; an interactive request keeps ``chunk_tokens``. Same results, same work."""
+    items = [NLLItem(target=words(k % 7 + 1), context=(f"c{k}",)) for k in range(60)]
+    items.append(NLLItem(target=words(40), context=("long",)))  # 42 positions: over the bound
+
+    def serve(lane: str, cap: int | None) -> tuple[RecordingEngine, NLLServing, list[float]]:
+        engine = RecordingEngine()
+        serving = NLLServing(engine, max_batch_tokens=8192, chunk_tokens=200,
+                             lanes=LanePolicy(interactive_max_cost=10_000, bulk_max_batch=cap))
+        reply = asyncio.run(serving.score(items, lane=lane))
+        assert reply.lane == lane
+        return engine, serving, [r.nll for r in reply.unwrap().results]
+
+    plain, plain_serving, expected = serve("interactive", 30)
+    bulk, bulk_serving, got = serve("bulk", 30)
+    uncut, _, uncut_nlls = serve("bulk", None)
+    assert got == expected == uncut_nlls
+    assert max(plain.calls) > 30 and uncut.calls == plain.calls  # the bound binds bulk alone
+    assert [c for c in bulk.calls if c > 30] == [42]  # only the item larger than the bound
+    assert len(bulk.calls) > len(plain.calls)
+    assert (bulk_serving.chunks.ledger.stats.snapshot()["done"]
+            == plain_serving.chunks.ledger.stats.snapshot()["done"])

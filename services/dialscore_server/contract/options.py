@@ -96,8 +96,11 @@ class ServingOptions(BaseModel):
     bulk_max_batch: int | None = Field(
         None, ge=1, description="With priority lanes on, an engine call of bulk chunks merges at "
         "most this much (NLL models: computed positions; classifiers: NLI pairs), so an "
-        "interactive request arriving while it runs waits for less. Default: max_batch_tokens "
-        "(the whole budget).")
+        "interactive request arriving while it runs waits for less. NLL models cut a bulk "
+        "request into chunks of at most this many positions (whole items) where it is below "
+        "chunk_tokens, so every bulk call stays within it; a classifier's chunk of chunk_pairs "
+        "larger than it is a call of its own. Default: the engine call's whole budget "
+        "(max_batch_tokens on NLL models).")
     affinity_routing: bool = Field(
         True, description="NLL models: callers route requests whose contexts start alike (the "
         "first 256 characters of the first item's knowledge and turns or source, or of a "

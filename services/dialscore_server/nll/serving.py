@@ -195,7 +195,8 @@ class NLLServing:
         self.model = model or self._card.name
         self.chunks: ChunkedServing[Work, list[NLLResult]] = ChunkedServing(
             self.run, model=self.model, unit="tokens", runner=runner,
-            lanes=lanes or LanePolicy(interactive_max_cost=self.chunk_tokens))
+            lanes=lanes or LanePolicy(interactive_max_cost=self.chunk_tokens),
+            rechunk=self.rechunk)
 
     @classmethod
     def from_options(cls, engine: NLLScorer, options: ServingOptions, model: str) -> NLLServing:
@@ -229,11 +230,20 @@ class NLLServing:
                 raise exc.within(f"items[{i}]") from None
         return self._works(encoded)
 
-    def _works(self, encoded: Sequence[EncodedItem]) -> list[Work]:
-        """`encoded` as the chunks of one request (see :func:`chunk_items`)."""
+    def _works(self, encoded: Sequence[EncodedItem], chunk_tokens: int | None = None
+               ) -> list[Work]:
+        """`encoded` as the chunks of one request (see :func:`chunk_items`), of about
+        `chunk_tokens` positions each (default: :attr:`chunk_tokens`)."""
         return [Work(run, tokens=max(1, sum(e.cost for e in run)),
                      positions=max(1, min(computed, self.max_batch_tokens)))
-                for run, computed in chunk_items(encoded, self.chunk_tokens, self.engine.positions)]
+                for run, computed in chunk_items(encoded, chunk_tokens or self.chunk_tokens,
+                                                 self.engine.positions)]
+
+    def rechunk(self, works: list[Work], positions: int) -> list[Work]:
+        """One request's chunks `works` cut again into chunks of at most `positions` computed
+        positions (whole items, in order; an item computing more is a chunk of its own): how a
+        bulk request meets a ``bulk_max_batch`` smaller than :attr:`chunk_tokens`."""
+        return self._works([e for w in works for e in w.encoded], positions)
 
     def run(self, works: Sequence[Work], guard: CallGuard
              ) -> tuple[list[list[NLLResult] | None], BatchStats]:

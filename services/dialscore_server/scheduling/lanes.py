@@ -58,8 +58,11 @@ class LanePolicy:
     * `interactive_max_cost`: a request whose cost (summed over its chunks, in the ledger's unit)
       exceeds it is served in the bulk lane whatever it asks; None: no cap.
     * `bulk_max_batch`: with lanes on, an engine call of bulk chunks merges at most this much, in
-      chunk sizes (a chunk larger than that alone is a call of its own), so an interactive
-      request that arrives while it runs waits for less; None: the call's whole budget.
+      chunk sizes (a chunk larger than that alone is a call of its own; a serving that can cut
+      its chunks finer cuts bulk requests to it at admission:
+      :class:`~dialscore_server.scheduling.serving.ChunkedServing`'s `rechunk`), so an
+      interactive request that arrives while it runs waits for less; None: the call's whole
+      budget.
     """
 
     enabled: bool = True

@@ -84,6 +84,11 @@ class BatchReport(Protocol):
 #: the call's statistics when the engine reports any.
 Run = Callable[[Sequence[C], CallGuard], "tuple[list[V | None], BatchReport | None]"]
 
+#: Cuts one request's chunks again, in order, into chunks of at most the given size each (a unit
+#: of work larger than that alone is a chunk of its own): how a serving whose chunks can be cut
+#: finer (NLL models: whole items) keeps bulk engine calls within ``bulk_max_batch``.
+Rechunk = Callable[[list[C], int], list[C]]
+
 
 class ChunkedServing(Generic[C, V]):
     """Serves requests of one model replica in chunks that take turns on its engine (see the
@@ -97,15 +102,22 @@ class ChunkedServing(Generic[C, V]):
             default) or :func:`merged` (a replica).
         lanes: the lane policy: what may enter the interactive lane, and how the runner shares
             engine calls between the lanes (:class:`~dialscore_server.scheduling.lanes.LanePolicy`).
+        rechunk: how a request's chunks are cut finer (:data:`Rechunk`), or None where they
+            cannot be. With it, a bulk request whose chunks are larger than the policy's
+            ``bulk_max_batch`` is cut to that size at admission, so a bulk engine call (and so an
+            interactive request's wait for the one running) stays within the bound; without
+            it, a chunk larger than the bound is a bulk call of its own.
 
     Metrics are recorded here, where they are measured: each engine call's batch figures
     (``dialscore_batch_*``, padding, reused tokens) and the work ledger's."""
 
     def __init__(self, run: Run[C, V], *, model: str, unit: str,
-                 runner: RunnerFactory = one_at_a_time, lanes: LanePolicy = LanePolicy()):
+                 runner: RunnerFactory = one_at_a_time, lanes: LanePolicy = LanePolicy(),
+                 rechunk: Rechunk[C] | None = None):
         self._run = run
         self.model = model
         self.lanes = lanes
+        self._rechunk = rechunk
         self.ledger = WorkLedger(model, unit)
         self.arrivals = Arrivals()
         self._engine_thread: EngineThread[C, list[Outcome[V]]] = EngineThread(self.call)
@@ -136,6 +148,18 @@ class ChunkedServing(Generic[C, V]):
         metrics.CONTEXT_CACHE_EVICTIONS.labels(self.model).inc(report.cache_evictions)
         metrics.CONTEXT_CACHE_BYTES.labels(self.model).set(report.cache_bytes)
 
+    def _in_lane(self, chunks: list[C], lane: Lane) -> list[C]:
+        """`chunks` as `lane` serves them, each marked with it: a bulk request's chunks cut to at
+        most ``bulk_max_batch`` where lanes are on, the bound is set and the serving can cut
+        them (see `rechunk`)."""
+        cap = self.lanes.bulk_max_batch
+        if (lane == "bulk" and self.lanes.enabled and cap is not None
+                and self._rechunk is not None and any(c.size > cap for c in chunks)):
+            chunks = self._rechunk(chunks, cap)
+        for chunk in chunks:
+            chunk.lane = lane
+        return chunks
+
     async def serve(self, admit: Callable[[], list[C]], lane: Lane = "interactive"
                     ) -> Reply[list[V]]:
         """The whole path of one request that asked for `lane`: ``admit()`` off the event loop
@@ -150,8 +174,7 @@ class ChunkedServing(Generic[C, V]):
         except InputError as exc:
             return Reply(error=exc)
         served = self.lanes.lane_of(lane, sum(c.cost for c in chunks))
-        for chunk in chunks:
-            chunk.lane = served
+        chunks = self._in_lane(chunks, served)
         try:
             turns = await take_turns(chunks, self._runner, self.ledger)
         except ServiceError as exc:
