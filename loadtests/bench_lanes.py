@@ -2,14 +2,16 @@
 lanes off and on (one run, one app).
 
     python -m loadtests.bench_lanes --rate 3 --seconds 20
+    python -m loadtests.bench_lanes --rate 3 --seconds 20 --num-cpus 16 --device cuda  # on a GPU
 
 One app serves the stand-in NLI classifier and the stand-in DialoGPT three times: as
 ``dialogpt-lanes-off`` (``priority_lanes: false``: one first-come-first-served queue), as
 ``dialogpt-lanes-on`` (the default lanes) and as ``dialogpt-lanes-small-bulk`` (lanes, and bulk
-engine calls of at most --bulk-max-batch positions), each one replica with 2 threads. Phases,
-each --seconds long; the interactive stream is /v1/rerank requests (6-turn context, 8 candidates, with
-``nll_model``: its NLL term shares the dialogue model's replica with the probe run) sent
-open-loop at --rate per second, no priority header (interactive):
+engine calls of at most --bulk-max-batch positions), each one replica with 2 threads
+(``--device cuda``: each on a quarter of one GPU). Phases, each --seconds long; the interactive
+stream is /v1/rerank requests (6-turn context, 8 candidates, with ``nll_model``: its NLL term
+shares the dialogue model's replica with the probe run) sent open-loop at --rate per second, no
+priority header (interactive):
 
 1. *alone*: the stream alone, ``nll_model`` each deployment in turn;
 2. *beside probe, lanes off*: the same stream while a probe run scores the shipped CEDAR sample's
@@ -50,10 +52,14 @@ CLASSIFIER = "roberta-large-mnli"
 OFF, ON, SMALL = "dialogpt-lanes-off", "dialogpt-lanes-on", "dialogpt-lanes-small-bulk"
 
 
-def nll_entry(name: str, lanes: bool, bulk_max_batch: int | None = None) -> dict[str, Any]:
-    return {"name": NLL_MODEL, "serve_as": name, "serving": {
-        "num_cpus": 0.6, "num_threads": 2, "max_ongoing_requests": 128,
-        "max_queued_requests": 512, "priority_lanes": lanes, "bulk_max_batch": bulk_max_batch}}
+def nll_entry(name: str, lanes: bool, device: str, bulk_max_batch: int | None = None
+              ) -> dict[str, Any]:
+    """The stand-in DialoGPT served as `name` on `device` (``cuda``: a quarter of the GPU)."""
+    return {"name": NLL_MODEL, "serve_as": name, "overrides": {"device": device},
+            "serving": {"num_cpus": 0.6, "num_gpus": 0.25 if device == "cuda" else 0,
+                        "num_threads": 2, "max_ongoing_requests": 128,
+                        "max_queued_requests": 512, "priority_lanes": lanes,
+                        "bulk_max_batch": bulk_max_batch}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,21 +68,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--concurrency", type=int, default=8,
                     help="the probe run's requests in flight (default 8: the client's default)")
-    ap.add_argument("--bulk-max-batch", type=int, default=2048,
-                    help="bulk_max_batch of the third deployment (default 2048: one chunk)")
+    ap.add_argument("--bulk-max-batch", type=int, default=512,
+                    help="bulk_max_batch of the third deployment (default 512: a quarter of a "
+                         "chunk, to which its bulk requests are cut)")
     ap.add_argument("--bulk-nice", type=int, default=0,
                     help="the probe run's process's nice value (default 0; 19 stands in for a "
                          "client on another host)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where the replicas' models run (default cpu; cuda: each deployment "
+                         "takes a quarter of one GPU, the classifier too)")
+    ap.add_argument("--num-cpus", type=int, default=4,
+                    help="Ray's logical CPUs (default 4; the processes may use every core)")
     args = ap.parse_args(argv)
     app_args = {
         "stand_ins": str(WORK / "stand-ins"), "request_timeout_s": 300,
-        "models": [nll_entry(OFF, False), nll_entry(ON, True),
-                   nll_entry(SMALL, True, args.bulk_max_batch)],
-        "classifiers": [{"name": CLASSIFIER, "serving": {
-            "num_cpus": 0.3, "num_threads": 1, "max_ongoing_requests": 128,
-            "max_queued_requests": 512}}],
+        "models": [nll_entry(OFF, False, args.device), nll_entry(ON, True, args.device),
+                   nll_entry(SMALL, True, args.device, args.bulk_max_batch)],
+        "classifiers": [{"name": CLASSIFIER, "overrides": {"device": args.device}, "serving": {
+            "num_cpus": 0.3, "num_gpus": 0.25 if args.device == "cuda" else 0, "num_threads": 1,
+            "max_ongoing_requests": 128, "max_queued_requests": 512}}],
     }
-    with serve_app(app_args, name=APP) as url:
+    with serve_app(app_args, name=APP, num_cpus=args.num_cpus) as url:
         measure(url, args)
     return 0
 
