@@ -314,6 +314,35 @@ def test_cached_tails_are_batched_apart_from_uncached_prefixes(dialogpt):
     assert stats.padded_tokens == stats.real_tokens
 
 
+def test_a_group_without_a_cached_part_is_not_given_a_padded_past(dialogpt):
+    """Two groups whose prefix passes compute the same number of new positions (21-22): one
+    continues a 200-token context the cache holds, the other shares a fresh 21-token prefix.
+    Batched together, the fresh group's row would be given a 200-position past of zeros (copied
+    in every layer, attended to and masked); batched apart, each pass holds only the past it
+    uses. So the call makes two batches (each a prefix pass and a continuation pass), not one,
+    whatever the token budget, and every number is the cache-off one."""
+    on = engine(dialogpt, context_cache_bytes=10**9, token_budget=10**6)
+    off = engine(dialogpt, token_budget=10**6)
+    rng = random.Random(10)
+    vocab = on.vocab_size
+
+    def ids(n):
+        return [rng.randrange(vocab) for _ in range(n)]
+
+    def prompt(tokens):
+        return on.encode_prompt(tokens, append_next=False, top_k=1)
+
+    seen, extension, fresh = ids(200), ids(20), ids(21)
+    on.score_encoded([prompt(seen + ids(3))])
+    items = ([prompt(seen + extension + ids(3)) for _ in range(2)]
+             + [prompt(fresh + ids(3)) for _ in range(2)])
+    got, stats = on.score_encoded(items)
+    for a, b in zip(got, off.score_encoded(items)[0]):
+        assert_close(a, b, CACHE_TOL, relative=True)
+    assert stats.cached_tokens >= 199 and stats.shared_groups == 2
+    assert stats.batches == 2 and stats.forward_passes == 4  # each: a prefix and a continuation
+
+
 def test_a_row_that_would_pad_a_pass_past_its_overhead_starts_the_next(dialogpt):
     """Plain passes (prompts sharing nothing) and prefix passes (groups of prompts sharing a
     prefix): rows of 30-32 tokens share a pass, and a 120-token row, which would pad them by 3 ×

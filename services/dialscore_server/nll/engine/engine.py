@@ -550,11 +550,11 @@ class NLLEngine:
         prefix under KV_BUDGET_FACTOR × the budget (the padded past's memory). Their continuations
         then take as many passes as :func:`~dialscore_server.scheduling.planner.chunk_passes`
         cuts them into (each under the budget, similar lengths together). Groups with a cached
-        part and groups without are batched apart, each sorted by remainder, then prefix length,
-        so padding stays small: cached tails a few tokens long fill passes of their own rather
-        than being padded to whole prefixes beside uncached groups, and a group whose remainder
-        would pad the pass past a pass's overhead
-        (:func:`~dialscore_server.scheduling.planner.pads_past_a_pass`) starts the next. A cached
+        part and groups without are batched apart, so that no uncached group is given a padded
+        past of zeros (copied into every layer, attended to under a mask). Each part is sorted
+        by remainder, then prefix length, and a group whose remainder would pad the pass past a
+        pass's overhead (:func:`~dialscore_server.scheduling.planner.pads_past_a_pass`) starts
+        the next, so cached tails a few tokens long fill passes of their own. A cached
         part evicted between this plan and its pass is computed in that pass, which then exceeds
         the budget by at most the KV bound."""
         left = {g: g.length - c for g, c in zip(groups, cached)}
