@@ -314,6 +314,20 @@ def test_cached_tails_are_batched_apart_from_uncached_prefixes(dialogpt):
     assert stats.padded_tokens == stats.real_tokens
 
 
+def random_prompts(eng: NLLEngine, *, seed: int, top_k: int):
+    """(ids, prompt): ``ids(n)`` draws n random token ids of `eng`'s vocabulary (seeded);
+    ``prompt(tokens)`` encodes them as a whole prompt, nothing appended, with `top_k`."""
+    rng = random.Random(seed)
+
+    def ids(n: int) -> list[int]:
+        return [rng.randrange(eng.vocab_size) for _ in range(n)]
+
+    def prompt(tokens: list[int]):
+        return eng.encode_prompt(tokens, append_next=False, top_k=top_k)
+
+    return ids, prompt
+
+
 def test_a_group_without_a_cached_part_is_not_given_a_padded_past(dialogpt):
     """Two groups whose prefix passes compute the same number of new positions (21-22): one
     continues a 200-token context the cache holds, the other shares a fresh 21-token prefix.
@@ -323,15 +337,7 @@ def test_a_group_without_a_cached_part_is_not_given_a_padded_past(dialogpt):
     whatever the token budget, and every number is the cache-off one."""
     on = engine(dialogpt, context_cache_bytes=10**9, token_budget=10**6)
     off = engine(dialogpt, token_budget=10**6)
-    rng = random.Random(10)
-    vocab = on.vocab_size
-
-    def ids(n):
-        return [rng.randrange(vocab) for _ in range(n)]
-
-    def prompt(tokens):
-        return on.encode_prompt(tokens, append_next=False, top_k=1)
-
+    ids, prompt = random_prompts(on, seed=10, top_k=1)
     seen, extension, fresh = ids(200), ids(20), ids(21)
     on.score_encoded([prompt(seen + ids(3))])
     items = ([prompt(seen + extension + ids(3)) for _ in range(2)]
@@ -350,15 +356,7 @@ def test_a_row_that_would_pad_a_pass_past_its_overhead_starts_the_next(dialogpt)
     from dialscore_server.scheduling.planner import PASS_OVERHEAD_TOKENS
 
     eng = engine(dialogpt, token_budget=10**6)
-    rng = random.Random(9)
-    vocab = eng.vocab_size
-
-    def ids(n):
-        return [rng.randrange(vocab) for _ in range(n)]
-
-    def prompt(tokens):
-        return eng.encode_prompt(tokens, append_next=False, top_k=0)
-
+    ids, prompt = random_prompts(eng, seed=9, top_k=0)
     plain = [prompt(ids(n)) for n in (30, 31, 32, 120)]
     _, stats = eng.score_encoded(plain)
     assert stats.forward_passes == 2
