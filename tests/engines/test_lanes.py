@@ -46,10 +46,14 @@ class DrivenEngine:
         await held
         return [Outcome(c.name, 0.0) for c in chunks]
 
+    def end_call(self) -> None:
+        """End the running call (its answers reach its waiters as the event loop runs)."""
+        self._held.pop(0).set_result(None)
+
     async def release(self) -> None:
         """End the running call and wait until the next one began or nothing waits."""
         n = len(self.calls)
-        self._held.pop(0).set_result(None)
+        self.end_call()
         await until(lambda: len(self.calls) > n or not self._queue.waiting(),
                     "the next engine call")
 
@@ -166,6 +170,43 @@ def test_bulk_calls_merge_no_more_than_bulk_max_batch():
 
     # interactive calls keep the whole budget; bulk calls stop at 20
     assert asyncio.run(go()) == [["b0"], ["i1", "i2", "i3"], ["b1", "b2"], ["b3"]]
+
+
+#: A batch wait no test outlives: a call that waits for it never starts within the test.
+FOREVER_S = 10 ** 6
+
+
+def test_a_bulk_call_full_at_bulk_max_batch_starts_without_waiting_to_fill_the_budget():
+    """A call of bulk chunks alone is full at bulk_max_batch: it starts at once, not after the
+    batch wait (never, here). A call that is not full waits: the last bulk chunk alone, until
+    another arrives; an interactive call, whose budget is the whole max_batch_size, until
+    interactive chunks fill it."""
+    async def go():
+        engine = DrivenEngine()
+        queue = engine.attach(LaneQueue(engine, max_batch_size=100, batch_wait_timeout_s=FOREVER_S,
+                                        policy=LanePolicy(bulk_max_batch=20)))
+        sent = {f"b{k}": send(queue, f"b{k}", "bulk", 10) for k in range(3)}
+        await until(lambda: engine.calls, "the first call (b0 and b1 fill the bulk budget)")
+        sent["i0"] = send(queue, "i0", units=10)
+        engine.end_call()
+        await until(lambda: sent["b1"].done(), "the first call's answers")
+        await until(lambda: len(queue.waiting()) == 2, "b2 and i0 waiting")
+        assert len(engine.calls) == 1  # i0 (10 of 100) waits to fill its call, b2 behind it
+        sent |= {f"i{k}": send(queue, f"i{k}", units=50) for k in (1, 2)}  # i2 does not fit
+        await until(lambda: len(engine.calls) == 2, "the first interactive call")
+        sent["b3"] = send(queue, "b3", "bulk", 10)
+        engine.end_call()
+        await until(lambda: sent["i1"].done(), "the first interactive call's answers")
+        await until(lambda: len(queue.waiting()) == 3, "i2, b2 and b3 waiting")
+        assert len(engine.calls) == 2  # i2 (50 of 100) waits
+        sent["i3"] = send(queue, "i3", units=50)
+        await until(lambda: len(engine.calls) == 3, "the second interactive call")
+        await engine.release()  # b2 + b3 fill the bulk budget: their call starts at once
+        await engine.release()
+        await asyncio.gather(*sent.values())
+        return engine.calls
+
+    assert asyncio.run(go()) == [["b0", "b1"], ["i0", "i1"], ["i2", "i3"], ["b2", "b3"]]
 
 
 def test_with_lanes_off_every_chunk_waits_its_turn_first_come_first_served():

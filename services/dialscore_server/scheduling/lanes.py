@@ -23,7 +23,9 @@ The budget of one call is ``max_batch_size`` in :attr:`Chunk.size
 <dialscore_server.scheduling.chunks.Chunk.size>` (a chunk larger than that alone is a call of its
 own), or one chunk per call (``max_batch_size=None``: the in-process runner). A call waits up to
 ``batch_wait_timeout_s`` after its oldest chunk arrived for more chunks to fill it, as Ray
-Serve's ``@serve.batch`` does; this queue takes that role in a replica because ``@serve.batch``
+Serve's ``@serve.batch`` does, and no longer than it takes to be full: a call that would take
+bulk chunks only is full at ``bulk_max_batch``, so bulk calls cut small never wait to fill a
+budget they cannot use. This queue takes that role in a replica because ``@serve.batch``
 merges its queue first-in first-out and cannot put an interactive chunk before bulk ones.
 """
 
@@ -32,7 +34,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from dialscore_server import metrics
 from dialscore_server.contract.priority import LANES, Lane
@@ -93,6 +95,21 @@ class _Waiting(Generic[C, V]):
     chunk: C
     future: asyncio.Future[Outcome[V]]
     arrived: float
+
+
+#: What one engine call serves (:class:`_Plan`).
+Serves = Literal["fifo", "bulk", "both", "interactive", "interactive, bulk left"]
+
+
+@dataclass
+class _Plan(Generic[C, V]):
+    """The next engine call as :meth:`LaneQueue._plan` sees it: the chunks it would take, whether
+    it is `full`, and what it serves (``fifo`` with lanes off; ``bulk``; ``both``: bulk's turn,
+    one bulk chunk first; ``interactive``, or ``interactive, bulk left`` while bulk waits)."""
+
+    taken: list[_Waiting[C, V]]
+    full: bool
+    serves: Serves
 
 
 @dataclass
@@ -174,23 +191,34 @@ class LaneQueue(Generic[C, V]):
 
     # -- the policy ----------------------------------------------------------------------------
 
-    def _fits(self, taken: Sequence[_Waiting[C, V]], nxt: _Waiting[C, V], budget: int | None
-              ) -> bool:
-        if not taken:
-            return True
-        if budget is None:
-            return False
-        return sum(w.chunk.size for w in taken) + nxt.chunk.size <= budget
-
     def _fill(self, taken: list[_Waiting[C, V]], queue: Sequence[_Waiting[C, V]],
-              bulk: bool = False) -> None:
+              bulk: bool = False) -> bool:
+        """Add `queue`'s chunks to `taken`, oldest first, while they fit the call's budget
+        (`bulk`: the bulk budget); whether the call is then full: a chunk of `queue` did not fit,
+        or the budget is reached."""
         budget = self.max_batch_size
         if bulk and budget is not None and self.policy.bulk_max_batch is not None:
             budget = min(budget, self.policy.bulk_max_batch)
         for w in queue:
-            if not self._fits(taken, w, budget):
-                break
+            if taken and (budget is None or sum(x.chunk.size for x in taken) + w.chunk.size > budget):
+                return True
             taken.append(w)
+        return budget is not None and sum(w.chunk.size for w in taken) >= budget
+
+    def _plan(self) -> _Plan[C, V]:
+        """What the next engine call would take now (see the module docstring), taking nothing."""
+        self._prune()
+        taken: list[_Waiting[C, V]] = []
+        if not self.policy.enabled:
+            return _Plan(taken, self._fill(taken, self._fifo), "fifo")
+        interactive, bulk = self._lanes["interactive"], self._lanes["bulk"]
+        if not interactive:
+            return _Plan(taken, self._fill(taken, bulk, bulk=True), "bulk")
+        if bulk and self._bulk_skipped + 1 >= self.policy.bulk_every:
+            taken.append(bulk[0])
+            return _Plan(taken, self._fill(taken, interactive), "both")
+        return _Plan(taken, self._fill(taken, interactive),
+                     "interactive, bulk left" if bulk else "interactive")
 
     def pick(self) -> list[C]:
         """Take the chunks of the next engine call out of the queue (see the module docstring)
@@ -198,23 +226,12 @@ class LaneQueue(Generic[C, V]):
         return [w.chunk for w in self._take()]
 
     def _take(self) -> list[_Waiting[C, V]]:
-        self._prune()
-        taken: list[_Waiting[C, V]] = []
-        if not self.policy.enabled:
-            self._fill(taken, self._fifo)
-        else:
-            interactive, bulk = self._lanes["interactive"], self._lanes["bulk"]
-            if not interactive:
-                self._fill(taken, bulk, bulk=True)
-                self._bulk_skipped = 0
-            elif bulk and self._bulk_skipped + 1 >= self.policy.bulk_every:
-                taken.append(bulk[0])
-                self._fill(taken, interactive)
-                self._bulk_skipped = 0
-            else:
-                self._fill(taken, interactive)
-                if bulk:
-                    self._bulk_skipped += 1
+        plan = self._plan()
+        taken = plan.taken
+        if plan.serves in ("bulk", "both"):
+            self._bulk_skipped = 0
+        elif plan.serves == "interactive, bulk left":
+            self._bulk_skipped += 1
         chosen = {id(w) for w in taken}
         for q in self._queues():
             q[:] = [w for w in q if id(w) not in chosen]
@@ -231,16 +248,17 @@ class LaneQueue(Generic[C, V]):
     # -- the engine loop -----------------------------------------------------------------------
 
     async def _wait_to_fill(self) -> None:
-        """Wait until the waiting chunks fill a call, or `batch_wait_timeout_s` after the oldest
-        one arrived."""
+        """Wait until the next engine call is full (:meth:`_plan`: a waiting chunk of the lane it
+        draws from does not fit its budget, the bulk budget for a call of bulk chunks alone), or
+        `batch_wait_timeout_s` after the oldest waiting chunk arrived."""
         if self.batch_wait_timeout_s <= 0 or self.max_batch_size is None:
             return
         loop = asyncio.get_running_loop()
         while True:
-            self._prune()
-            live = [w for q in self._queues() for w in q]
-            if not live or sum(w.chunk.size for w in live) >= self.max_batch_size:
+            plan = self._plan()
+            if not plan.taken or plan.full:
                 return
+            live = [w for q in self._queues() for w in q]
             left = min(w.arrived for w in live) + self.batch_wait_timeout_s - loop.time()
             if left <= 0:
                 return
