@@ -24,9 +24,16 @@ priority header (interactive):
    on another host (it then takes CPU only when the service does not);
 3. *beside probe, lanes on* / *small bulk*: the same against the other two deployments.
 
-Reported: the stream's p50/p99 latency and the probe run's items per second, per phase, and the
-ratios of p99 to the *alone* p99 of the same deployment. Loopback only; every loop is bounded
-in count and time.
+Reported: the stream's p50/p99 latency and the probe run's items per second (items answered
+while the stream ran, counted per request), per phase, and the ratios of p99 to the *alone* p99
+of the same deployment. Then, for each phase's slowest tenth (at least 3 requests), where their
+time went, as medians in milliseconds from the rerank's timing headers
+(contract/timing_headers.py): *replica queue* (``x-queue-time``: waiting in the detector's and
+the NLL replica's batch queues, summed), *engine* (``x-compute-time``, summed likewise),
+*tokenize* (``x-tokenization-time``), and *elsewhere*, the wall time less those three (at least
+0): the front door, Serve's proxy, the gateway, the rerank deployment, the hops between them and
+the client. The detector's and the NLL model's work run at once, so the sums can exceed the wall
+time and *elsewhere* is a lower bound. Loopback only; every loop is bounded in count and time.
 """
 
 from __future__ import annotations
@@ -36,7 +43,9 @@ import asyncio
 import multiprocessing
 import os
 import sys
+import statistics
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -97,29 +106,62 @@ def rerank_body(model: str) -> dict[str, Any]:
     return {"context": RERANK_CONTEXT, "candidates": RERANK_CANDIDATES, "nll_model": model}
 
 
+@dataclass(frozen=True)
+class Timed:
+    """One interactive request: its wall time (s) and its timing headers (ms; 0 when absent)."""
+
+    wall_s: float
+    queue_ms: float
+    compute_ms: float
+    tokenize_ms: float
+
+    @property
+    def elsewhere_ms(self) -> float:
+        """Wall time outside the replicas' queues, engines and tokenizer (a lower bound)."""
+        return max(0.0, self.wall_s * 1e3 - self.queue_ms - self.compute_ms - self.tokenize_ms)
+
+
+def tail_breakdown(timed: list[Timed]) -> list[float | None]:
+    """Medians over the slowest tenth of `timed` (at least 3): wall, replica queue, engine,
+    tokenize and elsewhere, in ms."""
+    if not timed:
+        return [None] * 5
+    slow = sorted(timed, key=lambda t: t.wall_s)[-max(3, len(timed) // 10):]
+    return [statistics.median(f(t) for t in slow) for f in (
+        lambda t: t.wall_s * 1e3, lambda t: t.queue_ms, lambda t: t.compute_ms,
+        lambda t: t.tokenize_ms, lambda t: t.elsewhere_ms)]
+
+
 async def stream(client: httpx.AsyncClient, model: str, rate: float, seconds: float
-                 ) -> list[float]:
-    """Interactive reranks open-loop at `rate` for `seconds`; their latencies."""
-    latencies: list[float] = []
+                 ) -> list[Timed]:
+    """Interactive reranks open-loop at `rate` for `seconds`; their times."""
+    timed: list[Timed] = []
     body = rerank_body(model)
 
     async def one() -> None:
         start = time.perf_counter()
         r = await client.post("/v1/rerank", json=body)
+        wall = time.perf_counter() - start
         r.raise_for_status()
         assert r.headers["x-dialscore-lane"] == "interactive", r.headers
-        latencies.append(time.perf_counter() - start)
+        timed.append(Timed(wall, *(float(r.headers.get(h, 0)) for h in (
+            "x-queue-time", "x-compute-time", "x-tokenization-time"))))
 
     await open_loop(rate, seconds, one)
-    return latencies
+    return timed
 
 
 def probe_run(url: str, model: str, items: list[dict[str, Any]], concurrency: int,
               nice: int, stop: Any, scored: Any) -> None:
     """In a process of its own: the probe's requests (nll_many, 64 items each, bulk) over and
-    over until `stop` is set (at most 50 passes), the items scored so far in `scored`."""
+    over until `stop` is set (at most 50 passes), the items answered so far in `scored`
+    (counted as each request's answer lands)."""
     if nice:
         os.nice(nice)
+
+    def landed(offset: int, results: list[Any]) -> None:
+        with scored.get_lock():
+            scored.value += len(results)
 
     async def run() -> None:
         async with AsyncDialscoreClient(url, priority="bulk", max_concurrency=concurrency,
@@ -127,32 +169,35 @@ def probe_run(url: str, model: str, items: list[dict[str, Any]], concurrency: in
             for _ in range(50):
                 if stop.is_set():
                     break
-                done = await client.nll_many(model, items, chunk_size=64, return_tokens=True)
-                with scored.get_lock():
-                    scored.value += len(done)
+                await client.nll_many(model, items, chunk_size=64, return_tokens=True,
+                                      on_chunk=landed)
 
     asyncio.run(run())
 
 
 def phase(url: str, model: str, probe: bool, args: argparse.Namespace,
-          items: list[dict[str, Any]]) -> tuple[list[float], float]:
-    """(the stream's latencies, the probe run's items per second)."""
+          items: list[dict[str, Any]]) -> tuple[list[Timed], float]:
+    """(the stream's requests, the probe run's items per second while the stream ran: items
+    answered from the stream's first request to its last answer)."""
     context = multiprocessing.get_context("spawn")
     stop, scored = context.Event(), context.Value("q", 0)
     bulk = (context.Process(target=probe_run, args=(url, model, items, args.concurrency,
                                                     args.bulk_nice, stop, scored))
             if probe else None)
-    start = time.perf_counter()
     if bulk is not None:
         bulk.start()
 
-    async def interactive() -> list[float]:
+    async def interactive() -> list[Timed]:
         async with httpx.AsyncClient(base_url=url, timeout=300,
                                      limits=httpx.Limits(max_connections=100)) as client:
             if bulk is not None:
                 await asyncio.sleep(2.0)  # the probe run's requests reach the replica first
-            return await stream(client, model, args.rate, args.seconds)
+            window[0], window[1] = time.perf_counter(), scored.value
+            timed = await stream(client, model, args.rate, args.seconds)
+            window[2], window[3] = time.perf_counter(), scored.value
+            return timed
 
+    window = [0.0, 0, 0.0, 0]
     try:
         latencies = asyncio.run(interactive())
     finally:
@@ -163,7 +208,7 @@ def phase(url: str, model: str, probe: bool, args: argparse.Namespace,
                 bulk.terminate()
     if bulk is not None and bulk.exitcode != 0:
         raise RuntimeError(f"the probe run's process exited with {bulk.exitcode}")
-    return latencies, scored.value / (time.perf_counter() - start)
+    return latencies, (window[3] - window[1]) / (window[2] - window[0])
 
 
 def measure(url: str, args: argparse.Namespace) -> None:
@@ -182,24 +227,30 @@ def measure(url: str, args: argparse.Namespace) -> None:
           f"for {args.seconds:g} s; bulk: a probe run of {len(items)} attribution items "
           f"(nll_many, 64 per request, concurrency {args.concurrency}, X-Dialscore-Priority: bulk, "
           f"its own process at nice {args.bulk_nice})")
-    rows = []
+    rows, tails = [], []
     alone: dict[str, float | None] = {}
     for name, model, probe in [("alone, lanes off", OFF, False), ("alone, lanes on", ON, False),
                                ("alone, small bulk calls", SMALL, False),
                                ("beside probe, lanes off", OFF, True),
                                ("beside probe, lanes on", ON, True),
                                ("beside probe, small bulk", SMALL, True)]:
-        lat, rate = phase(url, model, probe, args, items)
+        timed, rate = phase(url, model, probe, args, items)
+        lat = [t.wall_s for t in timed]
         p50, p99 = percentile(lat, 50), percentile(lat, 99)
         if not probe:
             alone[model] = p99
         base = alone.get(model)
         rows.append([name, len(lat), p50, p99, p99 / base if p99 and base else None,
                      rate if probe else None])
+        tails.append([name, *tail_breakdown(timed)])
     columns = [Column("phase", 25, left=True), Column("n", 4, "d"), Column("p50 s", 7, ".3f"),
                Column("p99 s", 7, ".3f"), Column("p99/alone", 9, ".2f"),
                Column("probe items/s", 13, ".1f")]
     print(table(columns, rows))
+    print("\nthe slowest tenth of each phase (medians, ms):")
+    print(table([Column("phase", 25, left=True), *(Column(t, w, ".1f") for t, w in (
+        ("wall", 7), ("replica queue", 13), ("engine", 7), ("tokenize", 8), ("elsewhere", 9)))],
+        tails))
 
 
 if __name__ == "__main__":
