@@ -70,21 +70,23 @@ def request_lines(unique_contexts: bool = False) -> list[dict[str, Any]]:
     return lines
 
 
-def same(a: Any, b: Any, tol: float, path: str = "") -> None:
-    """Equal JSON, floats to `tol`; a response's fresh `id` and `created` left out."""
+def differences(a: Any, b: Any, tol: float, path: str = "") -> list[str]:
+    """Where JSON `a` and `b` differ, floats beyond `tol` (each as ``path: a != b``); a
+    response's fresh `id` and `created` left out."""
     if isinstance(a, dict) and isinstance(b, dict):
-        keys = set(a) | set(b)
-        for k in keys - {"id", "created"}:
-            assert k in a and k in b, f"{path}.{k}"
-            same(a[k], b[k], tol, f"{path}.{k}")
-    elif isinstance(a, list) and isinstance(b, list):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            same(x, y, tol, f"{path}[{i}]")
-    elif isinstance(a, float) or isinstance(b, float):
-        assert math.isclose(a, b, rel_tol=0, abs_tol=tol), (path, a, b)
-    else:
-        assert a == b, (path, a, b)
+        out = [f"{path}.{k}: missing on one side" for k in sorted(set(a) ^ set(b))]
+        for k in sorted((set(a) & set(b)) - {"id", "created"}):
+            out += differences(a[k], b[k], tol, f"{path}.{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} != {len(b)} elements"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, tol, f"{path}[{i}]")]
+    if isinstance(a, float) or isinstance(b, float):
+        close = (isinstance(a, (int, float)) and isinstance(b, (int, float))
+                 and math.isclose(a, b, rel_tol=0, abs_tol=tol))
+        return [] if close else [f"{path}: {a!r} != {b!r}"]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
 def serve_replicas() -> list[str]:
@@ -124,10 +126,12 @@ def fresh_job_input(served, tmp_path_factory):
 def check_output(out: Path, summary: Path, expected: dict[str, httpx.Response], tol: float) -> None:
     got = {r["custom_id"]: r for r in read_output(out)}
     assert sorted(got) == sorted(expected)
+    differ = []
     for custom_id, response in expected.items():
         line = got[custom_id]
         assert line["response"]["status_code"] == response.status_code, custom_id
-        same(line["response"]["body"], response.json(), tol, custom_id)
+        differ += differences(line["response"]["body"], response.json(), tol, custom_id)
+    assert not differ, f"{len(differ)} values differ beyond {tol} (job != service):\n" + "\n".join(differ[:40])
     counts = json.loads(summary.read_text())
     assert (counts["done"], counts["failed"]) == (len(expected) - 2, 2)
 
