@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, TypeVar
 
 from dialscore_server import metrics
 from dialscore_server.contract.priority import LANES, Lane
@@ -97,19 +97,13 @@ class _Waiting(Generic[C, V]):
     arrived: float
 
 
-#: What one engine call serves (:class:`_Plan`).
-Serves = Literal["fifo", "bulk", "both", "interactive", "interactive, bulk left"]
-
-
 @dataclass
 class _Plan(Generic[C, V]):
-    """The next engine call as :meth:`LaneQueue._plan` sees it: the chunks it would take, whether
-    it is `full`, and what it serves (``fifo`` with lanes off; ``bulk``; ``both``: bulk's turn,
-    one bulk chunk first; ``interactive``, or ``interactive, bulk left`` while bulk waits)."""
+    """The next engine call as :meth:`LaneQueue._plan` sees it: the chunks it would take, and
+    whether it is `full`."""
 
     taken: list[_Waiting[C, V]]
     full: bool
-    serves: Serves
 
 
 @dataclass
@@ -199,26 +193,26 @@ class LaneQueue(Generic[C, V]):
         budget = self.max_batch_size
         if bulk and budget is not None and self.policy.bulk_max_batch is not None:
             budget = min(budget, self.policy.bulk_max_batch)
+        size = sum(w.chunk.size for w in taken)
         for w in queue:
-            if taken and (budget is None or sum(x.chunk.size for x in taken) + w.chunk.size > budget):
+            if taken and (budget is None or size + w.chunk.size > budget):
                 return True
             taken.append(w)
-        return budget is not None and sum(w.chunk.size for w in taken) >= budget
+            size += w.chunk.size
+        return budget is not None and size >= budget
 
     def _plan(self) -> _Plan[C, V]:
         """What the next engine call would take now (see the module docstring), taking nothing."""
         self._prune()
         taken: list[_Waiting[C, V]] = []
         if not self.policy.enabled:
-            return _Plan(taken, self._fill(taken, self._fifo), "fifo")
+            return _Plan(taken, self._fill(taken, self._fifo))
         interactive, bulk = self._lanes["interactive"], self._lanes["bulk"]
         if not interactive:
-            return _Plan(taken, self._fill(taken, bulk, bulk=True), "bulk")
+            return _Plan(taken, self._fill(taken, bulk, bulk=True))
         if bulk and self._bulk_skipped + 1 >= self.policy.bulk_every:
             taken.append(bulk[0])
-            return _Plan(taken, self._fill(taken, interactive), "both")
-        return _Plan(taken, self._fill(taken, interactive),
-                     "interactive, bulk left" if bulk else "interactive")
+        return _Plan(taken, self._fill(taken, interactive))
 
     def pick(self) -> list[C]:
         """Take the chunks of the next engine call out of the queue (see the module docstring)
@@ -226,11 +220,10 @@ class LaneQueue(Generic[C, V]):
         return [w.chunk for w in self._take()]
 
     def _take(self) -> list[_Waiting[C, V]]:
-        plan = self._plan()
-        taken = plan.taken
-        if plan.serves in ("bulk", "both"):
-            self._bulk_skipped = 0
-        elif plan.serves == "interactive, bulk left":
+        taken = self._plan().taken
+        if not self._lanes["interactive"] or any(w.chunk.lane == "bulk" for w in taken):
+            self._bulk_skipped = 0  # bulk had the call, or no interactive chunk waited
+        elif self._lanes["bulk"]:  # interactive chunks only, bulk left waiting
             self._bulk_skipped += 1
         chosen = {id(w) for w in taken}
         for q in self._queues():
