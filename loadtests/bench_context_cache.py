@@ -77,7 +77,7 @@ from dialscore_server.checkpoints.standins import templated_sentences
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.nll.engine.encoding import NLLItem
 from loadtests.common import (
-    NLL_MODEL, WORK, Column, chat_turns, checkpoint, model_config, parser, percentile,
+    NLL_MODEL, WORK, Column, chat_turns, checkpoint, computed_positions, model_config, parser, percentile,
     quiet_torch, serve_app, table, write_json,
 )
 from tests.ray_metrics import replica_metrics, sample_sum
@@ -192,17 +192,12 @@ def nll_entry(name: str, source: Any, window: int, cache: int | None, affinity: 
 
 
 def counters(model: str) -> dict[str, float]:
-    """`model`'s replicas' engine-call and cache counters, summed over replicas. Positions
-    computed are the item tokens fed (``dialscore_tokens_scored_total``, both sides) less those
-    not recomputed (``dialscore_reused_tokens_total``: ``item_tokens - real_tokens`` per engine
-    call), so exactly the engine's ``BatchStats.real_tokens`` summed: two counters.
-    ``dialscore_batch_tokens_sum`` would say the same but is not exact: Ray's histograms export
-    a sum rebuilt from bucket midpoints (a 211-position call is recorded as 160)."""
+    """`model`'s replicas' engine-call and cache counters, summed over replicas; positions
+    computed exactly (:func:`~loadtests.common.computed_positions`)."""
     texts = replica_metrics()
     where = {"application": APP, "model": model}
-    fed = sample_sum(texts, "ray_dialscore_tokens_scored_total", **where)
     return {
-        "positions": fed - sample_sum(texts, "ray_dialscore_reused_tokens_total", **where),
+        "positions": computed_positions(APP, model),
         "engine_calls": sample_sum(texts, "ray_dialscore_batch_tokens_count", **where),
         "hits": sample_sum(texts, "ray_dialscore_context_cache_lookups_total", result="hit",
                            **where),

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.common import (
-    NLL_MODEL, ROOT, SHARED_DATA, Column, add_threads, checkpoint, parser, quiet_torch,
-    replica_work, serve_app, table, write_json,
+    NLL_MODEL, ROOT, SHARED_DATA, Column, add_threads, checkpoint, computed_positions, parser,
+    quiet_torch, replica_work, serve_app, table, write_json,
 )
 from tests.ray_metrics import replica_metrics, sample_sum
 
@@ -82,11 +82,12 @@ def per_sample(out: dict) -> dict[int, list[float]]:
 
 def cache_counters(model: str) -> dict[str, float]:
     """The context cache counters of `model`'s replica (hits, misses, positions read) and the
-    positions its engine computed (``dialscore_batch_tokens``'s sum), since the replica started."""
+    positions its engine computed (exactly: :func:`~loadtests.common.computed_positions`), since
+    the replica started."""
     texts = replica_metrics()
     where = {"application": APP, "model": model}
     return {
-        "computed": sample_sum(texts, "ray_dialscore_batch_tokens_sum", **where),
+        "computed": computed_positions(APP, model),
         "hits": sample_sum(texts, "ray_dialscore_context_cache_lookups_total", result="hit", **where),
         "misses": sample_sum(texts, "ray_dialscore_context_cache_lookups_total", result="miss",
                              **where),

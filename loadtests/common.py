@@ -532,6 +532,20 @@ def replica_work(app: str, model: str) -> ReplicaWork:
         orphan_s=total("work_seconds", kind="orphan"))
 
 
+def computed_positions(app: str, model: str) -> float:
+    """Positions `model`'s replicas in the Serve application `app` have computed since they
+    started, exactly: the item tokens fed (``dialscore_tokens_scored_total``, both sides) less
+    those not recomputed (``dialscore_reused_tokens_total``: ``item_tokens - real_tokens`` per
+    engine call), so the engine's ``BatchStats.real_tokens`` summed over its calls (padding not
+    counted). ``dialscore_batch_tokens_sum`` would say the same but is not exact: Ray exports a
+    histogram's sum rebuilt from its buckets (a 211-position call reads as 160, a 1,067-position
+    one as 2,560)."""
+    texts = replica_metrics()
+    where = {"application": app, "model": model}
+    return (sample_sum(texts, "ray_dialscore_tokens_scored_total", **where)
+            - sample_sum(texts, "ray_dialscore_reused_tokens_total", **where))
+
+
 def settled_work(app: str, model: str, limit_s: float = 120, quiet_s: float = 2.5) -> ReplicaWork:
     """`model`'s counters once nothing is in flight and they have not changed for `quiet_s`
     (longer than a report interval: the last chunk's counts have arrived), or after `limit_s`."""

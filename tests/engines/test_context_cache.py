@@ -22,7 +22,7 @@ import pytest
 import torch
 from dialscore_server.checkpoints.loading import LoadedModel, load_model
 from dialscore_server.checkpoints.standins import reinit_
-from dialscore_server.nll.engine.context_cache import ContextCache
+from dialscore_server.nll.engine.context_cache import SCORE_BYTES, ContextCache
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLItem
 from dialscore_server.nll.engine.engine import NLLEngine
 from model_helpers import input_shapes
@@ -62,12 +62,16 @@ def test_lookup_finds_the_longest_cached_prefix_under_the_limit():
     assert cache.lookup((100, 101, 102, 5, 5, 5, 5), limit=100) is None
     assert cache.lookup(base[:12] + (9,) * 8, limit=100).length == 12  # the shared part
     sibling = cache.lookup(base[:10] + (7,) * 12, limit=100)
-    assert sibling.length == 20 and sibling.states[0][0][0, 0, 0].item() == 1000
+    # The sibling stores only its own 10 positions: the first 10 are read through the entry it
+    # branched from (as computed there), then its own.
+    assert sibling.length == 20 and len(sibling.segments) == 2
+    assert sibling.states[0][0][0, :, 0].tolist() == [*range(10), *range(1010, 1020)]
+    assert cache.stats.bytes == nbytes(20 + 10)
     assert (cache.stats.hits, cache.stats.misses) == (4, 1)
     assert cache.stats.hit_tokens == 20 + 13 + 12 + 20
 
 
-def test_bound_evicts_least_recently_used_and_extensions_replace_their_prefix():
+def test_bound_evicts_least_recently_used_leaves_and_extensions_store_only_their_new_positions():
     cache = ContextCache(nbytes(60), block=4)
     a, b, c = (tuple(range(k * 100, k * 100 + 30)) for k in (1, 2, 3))
     assert cache.insert(a[:20], states(20)) and cache.insert(b[:20], states(20))
@@ -75,15 +79,42 @@ def test_bound_evicts_least_recently_used_and_extensions_replace_their_prefix():
     assert cache.insert(c[:30], states(30))         # 70 positions > 60: b, the LRU, goes
     assert cache.lookup(b, limit=100) is None and cache.lookup(a, limit=100).length == 20
     assert cache.stats.evictions == 1 and cache.stats.bytes == nbytes(50) <= cache.max_bytes
-    # a grows by 8 tokens: the 28-token entry replaces the 20-token one (no eviction needed).
-    assert cache.insert(a[:28], states(28))
-    assert len(cache) == 2 and cache.stats.bytes == nbytes(58) and cache.stats.evictions == 1
-    assert cache.lookup(a[:20] + (0,) * 10, limit=100).length == 20  # served by the new entry
+    # a grows by 8 tokens: the new entry holds those 8 and reads the first 20 through a's.
+    grown = states(28, fill=500)
+    assert cache.insert(a[:28], grown)
+    assert len(cache) == 3 and cache.stats.bytes == nbytes(58) and cache.stats.evictions == 1
+    hit = cache.lookup(a[:28] + (0,) * 2, limit=100)
+    assert hit.length == 28 and hit.states[1][0][0, :, 0].tolist() == [*range(20), *range(520, 528)]
+    # c is now the least recently used leaf; a's first 20 are not a leaf (the grown entry extends
+    # them), so a 10-position insert evicts c, not them, though they are older than the grown one.
+    cache.lookup(c, limit=100)
+    cache.lookup(a[:28], limit=100)
+    assert cache.insert(tuple(range(700, 710)), states(10))
+    assert cache.lookup(c, limit=100) is None and cache.lookup(a, limit=100).length == 28
+    assert cache.stats.evictions == 2 and cache.stats.bytes == nbytes(38)
+    # Evicting the grown entry makes a's first 20 a leaf again, evicted in its turn.
+    assert cache.insert(tuple(range(800, 850)), states(50))
+    assert len(cache) == 1 and cache.stats.bytes == nbytes(50) and cache.stats.evictions == 5
     # Held whole already, too short, or larger than the bound: not stored.
-    assert not cache.insert(a[:24], states(24))
+    assert not cache.insert(tuple(range(800, 824)), states(24))
     assert not cache.insert(a[:3], states(3))
     assert not cache.insert(tuple(range(900, 961)), states(61))
-    assert cache.stats.bytes <= cache.max_bytes and cache.stats.entries == len(cache) == 2
+    assert cache.stats.bytes <= cache.max_bytes and cache.stats.entries == len(cache) == 1
+    cache.clear()
+    assert len(cache) == cache.stats.bytes == cache.stats.entries == 0
+    assert cache.lookup(tuple(range(800, 850)), limit=100) is None
+
+
+def test_an_extension_that_does_not_fit_beside_its_ancestors_is_not_stored_and_evicts_nothing():
+    cache = ContextCache(nbytes(40), block=4)
+    a = tuple(range(100, 160))
+    assert cache.insert(a[:30], states(30)) and cache.insert(tuple(range(5, 13)), states(8))
+    # 30 held by the ancestor + 12 new > 40: the ancestor cannot go while it would be extended.
+    assert not cache.insert(a[:42], states(42))
+    assert len(cache) == 2 and cache.stats.evictions == 0
+    # 30 + 10 fits once the unrelated leaf is evicted.
+    assert cache.insert(a[:40], states(40))
+    assert cache.stats.evictions == 1 and cache.stats.bytes == nbytes(40)
 
 
 def test_inserted_states_are_copies():
@@ -137,7 +168,8 @@ def test_cache_on_scores_a_chat_session_as_off_and_computes_less(dialogpt):
     vocab = on.vocab_size
     computed = {"on": 0, "off": 0}
     hits = 0
-    for call in session_calls(vocab, seed=1, sessions=3, turns=6, candidates=4):
+    calls = session_calls(vocab, seed=1, sessions=3, turns=6, candidates=4)
+    for call in calls:
         got, stats_on = on.score_encoded(call)
         want, stats_off = off.score_encoded(call)
         for a, b in zip(got, want):
@@ -150,7 +182,13 @@ def test_cache_on_scores_a_chat_session_as_off_and_computes_less(dialogpt):
     # Every call after a session's first finds its previous context: 3 sessions x 5 calls.
     assert hits == 15 and on.context_cache.stats.hit_tokens > 0
     assert computed["on"] < computed["off"] / 2
-    assert len(on.context_cache) == 3  # one entry per session: each turn's replaced the last
+    # One entry per turn, each holding only the positions its turn added: the bytes held are
+    # those of each session's last context once.
+    config = dialogpt.model.config
+    per_position = 2 * config.n_layer * config.n_embd * 4
+    assert len(on.context_cache) == 18
+    assert on.context_cache.stats.bytes == per_position * sum(
+        len(call[0].source_ids) for call in calls[-3:])
 
 
 def test_one_option_per_call_hits_the_context_up_to_its_last_token(dialogpt):
@@ -273,6 +311,13 @@ def test_prompts_read_their_shared_positions_and_records_back(dialogpt):
                 # token, which predicts nothing, is not computed
                 assert stats.cached_tokens == len(context) - 1
                 assert stats.real_tokens == item.cost - 1 - stats.cached_tokens
+    # The four options' entries hold their context once between them: the keys/values held are
+    # those of each context once and each option's own few positions, not four contexts' worth.
+    config = dialogpt.model.config
+    per_position = 2 * config.n_layer * config.n_embd * 4
+    records = SCORE_BYTES * sum(len(c) + 1 + k for c in contexts for k in range(4))
+    assert on.context_cache.stats.bytes - records <= per_position * sum(
+        len(c) + 4 * 6 for c in contexts)
     # The four options together, then four more: the second call reads the group's context.
     context = tuple(rng.randrange(vocab) for _ in range(50))
     for call in range(2):

@@ -22,11 +22,16 @@ Contract:
   computed in the pass, never read from the cache), so numbers with the cache on equal those
   with it off to float rounding of the same layer on a different pass shape.
 * **Bound.** At most ``max_bytes`` of tensors are held; an insert first evicts the least
-  recently used entries until it fits; an entry larger than the bound alone is not stored. An
-  entry whose tokens are a prefix of a new entry's is removed when the new one is stored (the
-  new one serves everything it served: a chat session's growing context keeps one entry, not
-  one per turn). Siblings (two continuations of one context) each hold their own copy of the
-  shared part: unlike SGLang's radix tree, no node is shared between entries.
+  recently used *leaves* (entries no other entry extends) until it fits; an entry larger than the
+  bound alone is not stored.
+* **Shared prefixes** (as SGLang's radix tree shares its nodes). A new entry that shares at
+  least a block of tokens with a held one (its *parent*: the one sharing the most) stores only
+  the positions after the shared part, and reads the shared part through its parent; so a chat
+  session's growing context stores each turn's new positions once, and siblings (lm-eval's four
+  answer options after one context) hold the context once between them. A parent is not evicted
+  while an entry extends it; a hit on an entry makes it and its ancestors the most recently used.
+  An entry's bytes are its own positions' (and its records'), so the bound counts every held
+  tensor once.
 * **Index.** Every entry registers the hashes of its prefixes at multiples of ``block`` tokens;
   a lookup bisects over the query's block prefixes (present prefixes are contiguous from the
   first block), then extends the match token by token against the candidate entries, so hash
@@ -40,7 +45,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dialscore_server.scheduling.planner import MIN_SHARED_PREFIX, common_prefix
@@ -70,22 +75,38 @@ SCORE_BYTES = 160
 
 @dataclass(frozen=True)
 class CachedPrefix:
-    """A lookup's answer: the first `length` tokens' layer states (views of an entry; read only)
-    and, from a scored entry, `scores[j]` = position j's record (predicting token j + 1) for
-    every j < `length` (None otherwise)."""
+    """A lookup's answer: the first `length` tokens' layer states as `segments` (consecutive runs
+    of positions, oldest first, together exactly `length`: views of entries, read only) and, from
+    a scored entry, `scores[j]` = position j's record (predicting token j + 1) for every j <
+    `length` (None otherwise)."""
 
     length: int
-    states: LayerStates
+    segments: list[LayerStates]
     scores: Sequence[Any] | None = None
+
+    @property
+    def states(self) -> LayerStates:
+        """The segments joined: one ``(keys, values)`` per layer, ``[heads, length, head_dim]``
+        (a copy when there is more than one segment)."""
+        if len(self.segments) == 1:
+            return self.segments[0]
+        import torch
+
+        return [(torch.cat([seg[layer][0] for seg in self.segments], 1),
+                 torch.cat([seg[layer][1] for seg in self.segments], 1))
+                for layer in range(len(self.segments[0]))]
 
 
 @dataclass
 class _Entry:
     tokens: tuple[int, ...]
-    states: LayerStates
+    states: LayerStates  # positions base..len(tokens) only; the first `base` are the parent's
     nbytes: int
     scores: tuple[Any, ...] | None = None  # position j predicting token j + 1, j < len - 1
     top_k: int = 0  # the alternatives each record holds
+    parent: int | None = None  # the entry holding positions 0..base (None: base is 0)
+    base: int = 0
+    children: set[int] = field(default_factory=set)
 
 
 def _nbytes(states: LayerStates) -> int:
@@ -113,6 +134,12 @@ class ContextCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def clear(self) -> None:
+        """Drop every entry (not counted as evictions; the other counters are kept)."""
+        self._entries.clear()
+        self._by_prefix.clear()
+        self.stats.bytes = self.stats.entries = 0
+
     # ----------------------------------------------------------------------------- lookup
     def lookup(self, tokens: Sequence[int], limit: int, scored_limit: int = 0, top_k: int = 0
                ) -> CachedPrefix | None:
@@ -128,11 +155,31 @@ class ContextCache:
             return None
         n, eid = best
         entry = self._entries[eid]
-        self._entries.move_to_end(eid)
+        for held in reversed(self._chain(eid)):  # ancestors first, the entry last
+            self._entries.move_to_end(held)
         self.stats.hits += 1
         self.stats.hit_tokens += n
-        return CachedPrefix(n, [(k[:, :n], v[:, :n]) for k, v in entry.states],
-                            entry.scores[:n] if n > limit else None)
+        return CachedPrefix(n, self._segments(eid, n), entry.scores[:n] if n > limit else None)
+
+    def _chain(self, eid: int) -> list[int]:
+        """`eid` and its ancestors, the entry first."""
+        chain = [eid]
+        while (parent := self._entries[chain[-1]].parent) is not None:
+            chain.append(parent)
+        return chain
+
+    def _segments(self, eid: int, n: int) -> list[LayerStates]:
+        """Views of the first `n` positions of entry `eid`'s tokens, as consecutive runs held by
+        it and its ancestors, oldest first."""
+        out: list[LayerStates] = []
+        for held in self._chain(eid):
+            entry = self._entries[held]
+            if n > entry.base:
+                out.append([(k[:, : n - entry.base], v[:, : n - entry.base])
+                            for k, v in entry.states])
+                n = entry.base
+        out.reverse()
+        return out
 
     def _best(self, tokens: tuple[int, ...], limit: int, scored_limit: int, top_k: int
               ) -> tuple[int, int] | None:
@@ -179,11 +226,14 @@ class ContextCache:
                scores: Sequence[Any] | None = None, top_k: int = 0) -> bool:
         """Store `states` (one ``(keys, values)`` per layer, ``[heads, len(tokens), head_dim]``)
         as the context `tokens`, with, for a scored entry, `scores` (one record per position but
-        the last: ``len(tokens) - 1``) holding `top_k` alternatives each; copies the states, so the
-        caller's pass buffers can be freed. Entries `tokens` extends are removed (a scored one
-        only by a scored one), then least recently used ones until the bound holds. Returns
-        whether it was stored (not when shorter than a block, larger than the bound, or already
-        held whole by an entry, which is then made the most recently used)."""
+        the last: ``len(tokens) - 1``) holding `top_k` alternatives each. The positions after the
+        part shared with the entry sharing most (at least a block; none: all of them) are copied,
+        so the caller's pass buffers can be freed; least recently used leaves other than that
+        parent's line are evicted until the bound holds. Returns whether it was stored (not when
+        shorter than a block, already held whole by an entry, which is then made the most recently
+        used, or when its own positions would not fit beside its ancestors)."""
+        import torch
+
         tokens = tuple(tokens)
         if len(tokens) < self.block:
             return False
@@ -193,28 +243,41 @@ class ContextCache:
         if held is not None:
             self._entries.move_to_end(held)
             return False
-        nbytes = _nbytes(states) + (SCORE_BYTES * len(scores) if scores is not None else 0)
-        if nbytes > self.max_bytes:
+        parent, base = self._parent_of(tokens)
+        own = [(k[:, base:], v[:, base:]) for k, v in states]
+        nbytes = _nbytes(own) + (SCORE_BYTES * len(scores) if scores is not None else 0)
+        line = self._chain(parent) if parent is not None else []
+        pinned = sum(self._entries[e].nbytes for e in line)
+        if pinned + nbytes > self.max_bytes:
             return False
-        for eid in self._covered_by(tokens):
-            if scores is not None or self._entries[eid].scores is None:
-                self._remove(eid)
-        while self._entries and self.stats.bytes + nbytes > self.max_bytes:
-            self._remove(next(iter(self._entries)))
+        while self.stats.bytes + nbytes > self.max_bytes:
+            self._remove(next(e for e, entry in self._entries.items()
+                              if not entry.children and e != parent))
             self.stats.evictions += 1
         eid, self._next_id = self._next_id, self._next_id + 1
-        import torch
-
         # One copy each, contiguous (a view's .contiguous() then .clone() would copy twice).
         copies = [(k.clone(memory_format=torch.contiguous_format),
-                   v.clone(memory_format=torch.contiguous_format)) for k, v in states]
+                   v.clone(memory_format=torch.contiguous_format)) for k, v in own]
         self._entries[eid] = _Entry(tokens, copies, nbytes,
-                                    tuple(scores) if scores is not None else None, top_k)
+                                    tuple(scores) if scores is not None else None, top_k,
+                                    parent, base)
+        if parent is not None:
+            self._entries[parent].children.add(eid)
         for b in range(1, len(tokens) // self.block + 1):
             self._by_prefix.setdefault(hash(tokens[: b * self.block]), {})[eid] = None
         self.stats.bytes += nbytes
         self.stats.entries = len(self._entries)
         return True
+
+    def _parent_of(self, tokens: tuple[int, ...]) -> tuple[int | None, int]:
+        """(the entry sharing the longest prefix with `tokens`, at least a block, and how many
+        tokens it shares), or (None, 0)."""
+        best: tuple[int | None, int] = (None, 0)
+        for eid in self._deepest_block(tokens, len(tokens) // self.block):
+            n = common_prefix(self._entries[eid].tokens, tokens)
+            if n >= self.block and n > best[1]:
+                best = (eid, n)
+        return best
 
     def lookup_exact(self, tokens: tuple[int, ...], scored: bool = False, top_k: int = 0
                      ) -> int | None:
@@ -228,19 +291,12 @@ class ContextCache:
                 return eid
         return None
 
-    def _covered_by(self, tokens: tuple[int, ...]) -> list[int]:
-        """Entries whose tokens are a prefix of `tokens` (the new entry serves all they serve)."""
-        out: dict[int, None] = {}
-        # An entry of n tokens is registered under its last block prefix, of n // block blocks.
-        for b in range(1, len(tokens) // self.block + 1):
-            for eid in self._by_prefix.get(hash(tokens[: b * self.block]), {}):
-                held = self._entries[eid].tokens
-                if len(held) <= len(tokens) and tokens[: len(held)] == held:
-                    out[eid] = None
-        return list(out)
-
     def _remove(self, eid: int) -> None:
+        """Drop leaf `eid` (no entry extends it)."""
         entry = self._entries.pop(eid)
+        assert not entry.children, "only a leaf is removed"
+        if entry.parent is not None:
+            self._entries[entry.parent].children.discard(eid)
         for b in range(1, len(entry.tokens) // self.block + 1):
             key = hash(entry.tokens[: b * self.block])
             ids = self._by_prefix.get(key)

@@ -28,22 +28,24 @@ def expanded_prefix_cache(kv: Sequence[tuple[Any, Any]], index):
 def padded_past(hits: Sequence[Any], width: int, device: str):
     """A transformers ``DynamicCache`` holding, for row ``k``, the cached prefix ``hits[k]``
     (a :class:`~dialscore_server.nll.engine.context_cache.CachedPrefix`, or None for a row with
-    none) in its first ``hits[k].length`` positions of `width`, zeros after (the caller masks
+    none) in its first ``hits[k].length`` positions of `width` (copied segment by segment), zeros after (the caller masks
     them). The pass it is given grows it with the new positions (``DynamicCache.update``)."""
     import torch
     from transformers.cache_utils import DynamicCache
 
     some = next(h for h in hits if h is not None)
     cache = DynamicCache()
-    for layer, (k0, v0) in enumerate(some.states):
+    for layer, (k0, v0) in enumerate(some.segments[0]):
         heads, dim = k0.shape[0], k0.shape[-1]
         keys = torch.zeros((len(hits), heads, width, dim), dtype=k0.dtype, device=device)
         values = torch.zeros((len(hits), heads, width, v0.shape[-1]), dtype=v0.dtype,
                              device=device)
         for row, hit in enumerate(hits):
-            if hit is not None:
-                k, v = hit.states[layer]
-                keys[row, :, : hit.length] = k
-                values[row, :, : hit.length] = v
+            start = 0
+            for segment in hit.segments if hit is not None else ():
+                k, v = segment[layer]
+                keys[row, :, start: start + k.shape[1]] = k
+                values[row, :, start: start + k.shape[1]] = v
+                start += k.shape[1]
         cache.update(keys, values, layer)
     return cache
