@@ -28,8 +28,9 @@ def expanded_prefix_cache(kv: Sequence[tuple[Any, Any]], index):
 def padded_past(hits: Sequence[Any], width: int, device: str):
     """A transformers ``DynamicCache`` holding, for row ``k``, the cached prefix ``hits[k]``
     (a :class:`~dialscore_server.nll.engine.context_cache.CachedPrefix`, or None for a row with
-    none) in its first ``hits[k].length`` positions of `width` (copied segment by segment), zeros after (the caller masks
-    them). The pass it is given grows it with the new positions (``DynamicCache.update``)."""
+    none) in its first ``hits[k].length`` positions of `width` (copied segment by segment), zeros
+    after (the caller masks them). The pass it is given grows it with the new positions
+    (``DynamicCache.update``)."""
     import torch
     from transformers.cache_utils import DynamicCache
 
