@@ -13,6 +13,19 @@ import image_build
 # Without this, a missing checkpoint makes from_pretrained retry against the hub for minutes.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Serve's routers give a replica 0.1 s (doubling on retries, to 1 s) to say how many requests it
+# holds, and pass over one that does not answer in time: on a busy machine a request would then go
+# to whichever replica answered, and a test of where requests go would depend on the machine's
+# speed. Every router of the test session (this process's handles, the gateway's, started by the
+# Ray this process starts) waits as long as a hang guard instead: Ray Serve's documented knobs,
+# read when ray.serve is imported. test_affinity_served.py checks that they took effect.
+SERVE_PROBE_DEADLINE_S = 60.0
+# The session's local Ray starts again while a busy machine outlasts Ray's fixed 30 s wait for its
+# raylet (gateway/local_ray.py): more tries than a user's default, as many as a hang guard holds.
+os.environ.setdefault("DIALSCORE_RAY_START_TRIES", "8")
+for knob in ("RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S",
+             "RAY_SERVE_MAX_QUEUE_LENGTH_RESPONSE_DEADLINE_S"):
+    os.environ.setdefault(knob, str(SERVE_PROBE_DEADLINE_S))
 
 
 @pytest.hookimpl(trylast=True)

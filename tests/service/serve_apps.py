@@ -24,6 +24,11 @@ LINGER_S = 120.0
 #: The header deadline of the front door test_slow_clients.py puts before the session's proxy.
 HEADER_TIMEOUT_S = 3.0
 
+#: The apps' request deadline: a hang guard, under pytest's 600 s per test. A test of the
+#: deadline itself builds an app with its own (test_fair_serving.py); with 60 s, a
+#: DECODE RCT run on a saturated machine met it and failed.
+REQUEST_DEADLINE_S = 500.0
+
 #: One torch thread and a fifth of a CPU per replica: many replicas share 2 cores.
 ONE_THREAD = {"num_cpus": 0.2, "num_threads": 1}
 
@@ -50,7 +55,7 @@ def app_args(stand_ins: Path, models: list[dict[str, Any]],
 
     return AppArgs.model_validate({
         "stand_ins": str(stand_ins),
-        "request_timeout_s": 60,
+        "request_timeout_s": REQUEST_DEADLINE_S,
         # A request no replica accepts within 3 s (e.g. while a killed replica is replaced) is a 503.
         "queue_timeout_s": 3,
         "models": models, "classifiers": classifiers or [], **extra,

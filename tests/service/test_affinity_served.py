@@ -9,7 +9,8 @@ engine whose every NLL is the process id of the replica that computed it
 * From this process's own handle: with the gate closed, the owner of a context holds every
   request sent to it; once it holds more than the bound, the next request of that context goes to
   the other replica. Each request is assigned before the next is sent, so the counts, not the
-  machine's speed, decide where each goes.
+  machine's speed, decide where each goes; and every router waits for a replica's queue length
+  as long as a hang guard (tests/conftest.py), so a slow answer does not pass a replica over.
 """
 
 from __future__ import annotations
@@ -49,8 +50,20 @@ def opening(session: int) -> list[str]:
     return turns
 
 
+#: The least a router may wait for a replica's queue length here (tests/conftest.py sets it).
+PROBE_DEADLINE_S = 10.0
+
+
 @pytest.fixture(scope="module")
 def affine(served, stand_ins):
+    from dialscore_server.scheduling.context_affinity import ContextAffinityRouter
+
+    # Serve's default (0.1 s) would let a busy machine decide where a request goes: a replica that
+    # does not answer its probe in time is passed over.
+    waits = (ContextAffinityRouter.queue_len_response_deadline_s,
+             ContextAffinityRouter.max_queue_len_response_deadline_s)
+    assert min(waits) >= PROBE_DEADLINE_S, f"queue-length probe deadlines {waits}: conftest.py's " \
+        "RAY_SERVE_*QUEUE_LENGTH_RESPONSE_DEADLINE_S did not reach ray.serve"
     args = app_args(stand_ins, models=[
         {"name": "dialogpt-medium", "serve_as": MODEL,
          "serving": {**ONE_THREAD, "num_replicas": 2, "engine": "gated_engines:PidGatedNLLEngine",

@@ -14,6 +14,7 @@ import json
 import math
 import time
 
+import httpx
 import pytest
 
 from dialscore.cli import main
@@ -24,6 +25,7 @@ from dialscore.evals.robustness import KINDS
 from dialscore.evals.runners.decode import run_decode
 from dialscore.evals.runners.mutual import run_mutual
 from dialscore.evals.runners.robustness import run_robustness
+from serve_apps import REQUEST_DEADLINE_S
 from shared_data import shared_file
 
 pytestmark = pytest.mark.serve
@@ -34,7 +36,10 @@ CLASSIFIER = "roberta-large-mnli"
 
 @pytest.fixture()
 def client(served):
-    with DialscoreClient(served.url, max_concurrency=16) as c:
+    # Sixteen requests share one replica's engine calls, so each takes about sixteen times its
+    # own work: the read timeout is the apps' hang guard, not the client's default 120 s.
+    timeout = httpx.Timeout(REQUEST_DEADLINE_S, connect=10.0)
+    with DialscoreClient(served.url, max_concurrency=16, timeout=timeout) as c:
         yield c
 
 
