@@ -47,6 +47,9 @@ PORT = 8000  # inside the container
 
 #: Hang guard, in seconds, for the service's start (Ray, five replicas loading stand-ins).
 READY_LIMIT_S = 600
+#: Starts of Ray inside the container (each fails after Ray's fixed 30 s wait for its raylet, a
+#: wait a saturated host outlasted three times in a row): as many as READY_LIMIT_S holds.
+RAY_START_TRIES = 8
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +152,8 @@ def container(image, models_volume, serve_config) -> Iterator[Container]:
     name = f"dialscore-test-{os.getpid()}"
     podman("rm", "--force", name, check=False)
     podman("run", "--detach", "--name", name, "--publish", f"127.0.0.1::{PORT}",
-           "--shm-size", "512m", "--volume", f"{models_volume}:/models/stand-ins:ro",
+           "--shm-size", "512m", "--env", f"DIALSCORE_RAY_START_TRIES={RAY_START_TRIES}",
+           "--volume", f"{models_volume}:/models/stand-ins:ro",
            "--volume", f"{serve_config}:/etc/dialscore/serve.yaml:ro", image,
            "dialscore", "serve", "--config", "/etc/dialscore/serve.yaml", "--host", "0.0.0.0",
            "--port", str(PORT), "--drain-s", str(HANG_S))

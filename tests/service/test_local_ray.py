@@ -10,7 +10,8 @@ import psutil
 import pytest
 
 from dialscore_server import compat
-from dialscore_server.gateway.local_ray import start_local_ray
+from dialscore_server.gateway.local_ray import (RAY_START_TRIES, RAY_START_TRIES_VARIABLE,
+                                                ray_start_tries, start_local_ray)
 
 TIMED_OUT = Exception(compat.RAY_START_TIMEOUT_MESSAGE + ". This could happen because ...")
 
@@ -61,3 +62,20 @@ def test_any_other_error_is_raised_at_once_and_nothing_is_stopped():
     assert not gone(init.left[0])
     init.left[0].kill()
     init.left[0].wait()
+
+
+def test_the_tries_come_from_the_environment(monkeypatch):
+    monkeypatch.delenv(RAY_START_TRIES_VARIABLE, raising=False)
+    assert ray_start_tries() == RAY_START_TRIES
+    monkeypatch.setenv(RAY_START_TRIES_VARIABLE, "2")
+    init = FlakyInit(failures=2)
+    with pytest.raises(Exception, match="timed out during startup"):
+        start_local_ray(init)
+    assert len(init.calls) == 2
+    for process in init.left:
+        process.kill()
+        process.wait()
+    for bad in ("0", "-1", "two", "1.5"):
+        monkeypatch.setenv(RAY_START_TRIES_VARIABLE, bad)
+        with pytest.raises(ValueError, match=RAY_START_TRIES_VARIABLE):
+            ray_start_tries()
