@@ -77,10 +77,9 @@ from dialscore_server.checkpoints.standins import templated_sentences
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.nll.engine.encoding import NLLItem
 from loadtests.common import (
-    NLL_MODEL, WORK, Column, chat_turns, checkpoint, computed_positions, model_config, parser, percentile,
+    NLL_MODEL, WORK, Column, chat_turns, cache_counters, checkpoint, model_config, parser, percentile,
     quiet_torch, serve_app, table, write_json,
 )
-from tests.ray_metrics import replica_metrics, sample_sum
 
 APP = "context-cache"
 CLASSIFIER = "roberta-large-mnli"
@@ -191,29 +190,13 @@ def nll_entry(name: str, source: Any, window: int, cache: int | None, affinity: 
             "overrides": {"source": str(source), "max_length": window}}
 
 
-def counters(model: str) -> dict[str, float]:
-    """`model`'s replicas' engine-call and cache counters, summed over replicas; positions
-    computed exactly (:func:`~loadtests.common.computed_positions`)."""
-    texts = replica_metrics()
-    where = {"application": APP, "model": model}
-    return {
-        "positions": computed_positions(APP, model),
-        "engine_calls": sample_sum(texts, "ray_dialscore_batch_tokens_count", **where),
-        "hits": sample_sum(texts, "ray_dialscore_context_cache_lookups_total", result="hit",
-                           **where),
-        "misses": sample_sum(texts, "ray_dialscore_context_cache_lookups_total", result="miss",
-                             **where),
-        "cached_tokens": sample_sum(texts, "ray_dialscore_context_cache_tokens_total", **where),
-    }
-
-
 def settled(model: str, quiet_s: float = 3.0, limit_s: float = 60) -> dict[str, float]:
-    """:func:`counters` once unchanged for `quiet_s` (longer than the 1 s report interval)."""
+    """:func:`~loadtests.common.cache_counters` once unchanged for `quiet_s` (longer than the 1 s report interval)."""
     deadline = time.monotonic() + limit_s
-    last, since = counters(model), time.monotonic()
+    last, since = cache_counters(APP, model), time.monotonic()
     while time.monotonic() < deadline and time.monotonic() - since < quiet_s:
         time.sleep(0.5)
-        now = counters(model)
+        now = cache_counters(APP, model)
         if now != last:
             last, since = now, time.monotonic()
     return last

@@ -36,10 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.common import (
-    NLL_MODEL, ROOT, SHARED_DATA, Column, add_threads, checkpoint, computed_positions, parser,
+    NLL_MODEL, ROOT, SHARED_DATA, Column, add_threads, cache_counters, checkpoint, parser,
     quiet_torch, replica_work, serve_app, table, write_json,
 )
-from tests.ray_metrics import replica_metrics, sample_sum
 
 #: The task folder (lm-eval's `include_path`) and its task.
 TASKS = ROOT / "loadtests" / "lm_eval_tasks"
@@ -78,22 +77,6 @@ def per_sample(out: dict) -> dict[int, list[float]]:
     """Each instance's option log-likelihoods, by doc id."""
     return {s["doc_id"]: [float(r[0]) for r in s["filtered_resps"]]
             for s in out["samples"][TASK]}
-
-
-def cache_counters(model: str) -> dict[str, float]:
-    """The context cache counters of `model`'s replica (hits, misses, positions read) and the
-    positions its engine computed (exactly: :func:`~loadtests.common.computed_positions`), since
-    the replica started."""
-    texts = replica_metrics()
-    where = {"application": APP, "model": model}
-    return {
-        "computed": computed_positions(APP, model),
-        "hits": sample_sum(texts, "ray_dialscore_context_cache_lookups_total", result="hit", **where),
-        "misses": sample_sum(texts, "ray_dialscore_context_cache_lookups_total", result="miss",
-                             **where),
-        "tokens_read": sample_sum(texts, "ray_dialscore_context_cache_tokens_total", **where),
-        "reused_tokens": sample_sum(texts, "ray_dialscore_reused_tokens_total", **where),
-    }
 
 
 def positions_bound(data: Path, source: Path, window: int, limit: int | None) -> dict[str, int]:
@@ -197,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             for key in order:
                 name = served[key]
                 before = replica_work(APP, name).busy_s
-                computed_before = cache_counters(name)["computed"]
+                computed_before = cache_counters(APP, name)["positions"]
                 api = LocalCompletionsAPI(
                     base_url=f"{url}/v1/completions", model=name, tokenizer=str(source),
                     tokenizer_backend="huggingface", tokenized_requests=True, max_length=window,
@@ -206,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
                 outs[key], s = evaluate(api, tasks, args.limit)
                 seconds[key].append(s)
                 time.sleep(2.5)  # a metrics report interval (1 s here) and then some
-                counters[key].append(cache_counters(name))
-                counters[key][-1]["computed"] -= computed_before
+                counters[key].append(cache_counters(APP, name))
+                counters[key][-1]["positions"] -= computed_before
                 busy[key].append(replica_work(APP, name).busy_s - before)
         print(f"round {k + 1}: " + ", ".join(f"{m} {v[-1]:.1f} s" for m, v in seconds.items()),
               flush=True)
@@ -236,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios = {"cache_on_vs_hf": hf_s / on, "cache_on_vs_cache_off": off / on,
               "cache_off_vs_hf": hf_s / off}
     bound = positions_bound(args.data, source, window, args.limit)
-    computed = {key: min(r["computed"] for r in counters[key]) for key in counters}
+    computed = {key: min(r["positions"] for r in counters[key]) for key in counters}
     print(f"MuTual dev: {len(ref)} instances x 4 options = {requests} requests; checkpoint "
           f"{source} (window {window}); {threads} torch threads; local-completions: batch_size "
           f"{args.batch_size}, num_concurrent {args.concurrent}, token ids; hf: batch_size "
@@ -248,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("cache on", "cache off"):
         c = {k: sum(r[k] for r in counters[key]) for k in counters[key][0]}
         print(f"{key}, {args.rounds} runs: context cache hits {c['hits']:.0f}, misses {c['misses']:.0f}, positions "
-              f"read {c['tokens_read']:.0f}; shared-prefix positions not recomputed "
+              f"read {c['cached_tokens']:.0f}; shared-prefix positions not recomputed "
               f"{c['reused_tokens']:.0f}")
     print(f"positions computed per run (fewest): cache on {computed['cache on']:.0f}, cache off "
           f"{computed['cache off']:.0f} ({computed['cache off'] / max(computed['cache on'], 1):.2f}x); "

@@ -103,7 +103,6 @@ def float32_linear(mlp: Any) -> dict[str, Route]:
 
 def float32_onednn(mlp: Any) -> dict[str, Route]:
     """Both layers through oneDNN's float32 linear op."""
-    import torch
 
     def run(x: Any) -> object:
         hidden = compat.onednn_linear(x, mlp[0].weight, mlp[0].bias)

@@ -532,18 +532,33 @@ def replica_work(app: str, model: str) -> ReplicaWork:
         orphan_s=total("work_seconds", kind="orphan"))
 
 
-def computed_positions(app: str, model: str) -> float:
-    """Positions `model`'s replicas in the Serve application `app` have computed since they
-    started, exactly: the item tokens fed (``dialscore_tokens_scored_total``, both sides) less
-    those not recomputed (``dialscore_reused_tokens_total``: ``item_tokens - real_tokens`` per
-    engine call), so the engine's ``BatchStats.real_tokens`` summed over its calls (padding not
-    counted). ``dialscore_batch_tokens_sum`` would say the same but is not exact: Ray exports a
-    histogram's sum rebuilt from its buckets (a 211-position call reads as 160, a 1,067-position
-    one as 2,560)."""
+def cache_counters(app: str, model: str) -> dict[str, float]:
+    """`model`'s replicas' engine and context cache counters in the Serve application `app`,
+    summed over replicas since they started, from one read of their metrics:
+
+    * ``positions``: positions computed, exactly: the item tokens fed
+      (``dialscore_tokens_scored_total``, both sides) less those not recomputed
+      (``dialscore_reused_tokens_total``: ``item_tokens - real_tokens`` per engine call), so the
+      engine's ``BatchStats.real_tokens`` summed over its calls (padding not counted).
+      ``dialscore_batch_tokens_sum`` would say the same but is not exact: Ray exports a
+      histogram's sum rebuilt from its buckets (a 211-position call reads as 160, a 1,067-position
+      one as 2,560);
+    * ``reused_tokens``: the positions not recomputed (within a call or from the cache);
+    * ``engine_calls``: engine calls (``dialscore_batch_tokens_count``);
+    * ``hits``, ``misses``: context cache lookups that found a prefix, and that did not;
+    * ``cached_tokens``: positions read from the context cache."""
     texts = replica_metrics()
     where = {"application": app, "model": model}
-    return (sample_sum(texts, "ray_dialscore_tokens_scored_total", **where)
-            - sample_sum(texts, "ray_dialscore_reused_tokens_total", **where))
+
+    def total(name: str, **labels: str) -> float:
+        return sample_sum(texts, f"ray_dialscore_{name}", **where, **labels)
+
+    fed, reused = total("tokens_scored_total"), total("reused_tokens_total")
+    return {"positions": fed - reused, "reused_tokens": reused,
+            "engine_calls": total("batch_tokens_count"),
+            "hits": total("context_cache_lookups_total", result="hit"),
+            "misses": total("context_cache_lookups_total", result="miss"),
+            "cached_tokens": total("context_cache_tokens_total")}
 
 
 def settled_work(app: str, model: str, limit_s: float = 120, quiet_s: float = 2.5) -> ReplicaWork:

@@ -10,7 +10,6 @@ import pytest
 
 from dialscore.evals.entity_check import (EntityScores, by_case, errors, main, parse_labelled,
                                           read_labelled, score_entities)
-from dialscore.evals.linguistic import BackendUnavailable
 
 SAMPLE = Path(__file__).parent / "data" / "entities_labelled.txt"
 

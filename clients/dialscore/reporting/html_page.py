@@ -171,7 +171,7 @@ def _section(s: Section) -> str:
                                             for c in it.columns],
                 "filters": list(it.filters), "sort": it.sort, "desc": it.descending,
                 "pageSize": PAGE_SIZE, **_packed(it.rows), "lookup": dict(it.lookup)}
-        parts.append(f'<h3>Items <span class="count"></span></h3>')
+        parts.append('<h3>Items <span class="count"></span></h3>')
         if it.note:
             parts.append(f'<p class="note">{_e(it.note)}</p>')
         parts.append('<div class="browser"><div class="controls"></div><div class="list"></div>'

@@ -246,10 +246,10 @@ class ContextCache:
         parent, base = self._parent_of(tokens)
         own = [(k[:, base:], v[:, base:]) for k, v in states]
         nbytes = _nbytes(own) + (SCORE_BYTES * len(scores) if scores is not None else 0)
-        line = self._chain(parent) if parent is not None else []
-        pinned = sum(self._entries[e].nbytes for e in line)
-        if pinned + nbytes > self.max_bytes:
-            return False
+        if self.stats.bytes + nbytes > self.max_bytes:
+            line = self._chain(parent) if parent is not None else []
+            if sum(self._entries[e].nbytes for e in line) + nbytes > self.max_bytes:
+                return False
         while self.stats.bytes + nbytes > self.max_bytes:
             self._remove(next(e for e, entry in self._entries.items()
                               if not entry.children and e != parent))
