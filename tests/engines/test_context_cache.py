@@ -414,3 +414,53 @@ def test_a_row_that_would_pad_a_pass_past_its_overhead_starts_the_next(dialogpt)
     assert prefix_padding <= PASS_OVERHEAD_TOKENS
     assert stats.padded_tokens - stats.real_tokens <= prefix_padding + 2 * PASS_OVERHEAD_TOKENS
     assert stats.padded_tokens - stats.real_tokens < 3 * (120 - 32)
+
+
+# ----------------------------------------------------------------------------- sizing chunks
+def test_positions_leave_out_what_the_cache_holds_now(dialogpt):
+    """``NLLEngine.positions`` (what the serving sizes chunks and engine calls by) counts only the
+    positions an engine call would compute: once an item's context, or a prompt sharing a context
+    with an earlier prompt, is cached, the item costs its tail. With the cache off, and before
+    anything is cached, it costs every position."""
+    on, off = engine(dialogpt, context_cache_bytes=10**9), engine(dialogpt)
+    ids, prompt = random_prompts(on, seed=11, top_k=1)
+    context = ids(60)
+    first = EncodedItem(tuple(context), tuple(ids(5)), False)
+    second = EncodedItem(tuple(context), tuple(ids(7)), False)
+    options = [prompt(context + ids(4 + k)) for k in range(2)]
+    for item in (first, second, *options):
+        assert on.positions(item) == off.positions(item) == item.cost
+        assert on.cached_positions(item) == 0
+    on.score_encoded([first])
+    on.score_encoded([options[0]])
+    # The context's positions but its last are read (the last predicts the first target token).
+    assert on.cached_positions(second) == len(context) - 1
+    assert on.positions(second) == second.cost - (len(context) - 1)
+    # The next option reads the first option's scored positions up to the context's last, which
+    # is computed again (its record predicts the option's first token, which differs).
+    assert on.cached_positions(options[1]) == len(context) - 1
+    assert on.positions(options[1]) == options[1].cost - (len(context) - 1)
+    assert off.positions(second) == second.cost and off.positions(options[1]) == options[1].cost
+    # Probing counts no lookup.
+    assert (on.context_cache.stats.hits, on.context_cache.stats.misses) == (0, 2)
+
+
+def test_a_request_whose_contexts_are_cached_is_cut_into_fewer_chunks(dialogpt):
+    """lm-eval's next batch of answer options after contexts already scored: its chunks (one per
+    engine call turn) hold as many items as their computed positions allow, so the engine calls
+    merge more of them than when every option counted whole."""
+    from dialscore_server.nll.serving import NLLServing
+
+    on = engine(dialogpt, context_cache_bytes=10**9)
+    ids, prompt = random_prompts(on, seed=12, top_k=1)
+    contexts = [ids(60) for _ in range(6)]
+    first = [prompt(c + ids(5)) for c in contexts]
+    later = [prompt(c + ids(6)) for c in contexts]
+    serving = NLLServing(on, max_batch_tokens=4096, chunk_tokens=100)
+    cold = serving._works(later)
+    assert [len(w.encoded) for w in cold] == [1] * 6  # 66 positions each: two do not fit 100
+    on.score_encoded(first)
+    warm = serving._works(later)
+    assert [len(w.encoded) for w in warm] == [6]
+    assert warm[0].positions == sum(e.cost - (len(c) - 1) for e, c in zip(later, contexts))
+    assert warm[0].tokens == sum(e.cost for e in later)  # the ledger still counts every token

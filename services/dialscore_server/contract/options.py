@@ -88,8 +88,8 @@ class ServingOptions(BaseModel):
         "interactive chunk waiting it has every call).")
     interactive_max_cost: int | None = Field(
         None, ge=0, description="A request costing more than this, in the model's unit of work "
-        "(NLL models: computed token positions; classifiers: NLI pairs), is served in the bulk "
-        "lane whatever it asks (header X-Dialscore-Priority or body `priority`), so bulk work "
+        "(NLL models: its tokens, sources and targets; classifiers: NLI pairs), is served in the "
+        "bulk lane whatever it asks (header X-Dialscore-Priority or body `priority`), so bulk work "
         "cannot claim the interactive lane by asking. Default: one chunk (`chunk_tokens` or "
         "`chunk_pairs`). 0: every request is bulk.")
 

@@ -106,7 +106,8 @@ class Work(Chunk):
     """One chunk of an admitted request, already encoded: what waits for an engine call.
     `tokens`: the items' tokens (sources and targets, what the request's ``usage`` counts; at
     least 1), its cost in the work ledger. `positions`: about how many positions the engine
-    computes for it (a source repeated by consecutive items counted once, see
+    computes for it (a source repeated by consecutive items counted once, and what the context
+    cache held of each item when the request was admitted not counted, see
     ``NLLEngine.positions``; at least 1, at most the replica's max_batch_tokens), what an
     engine call's batch is sized by."""
 

@@ -37,21 +37,40 @@ Contract:
   first block), then extends the match token by token against the candidate entries, so hash
   collisions cannot return a wrong prefix.
 
-Not thread-safe: the replica's engine thread alone calls :meth:`lookup` and :meth:`insert`;
-:attr:`stats` holds plain counters that a metrics reader may copy at any time.
+Threads: the replica's engine thread alone changes the cache (:meth:`lookup`, :meth:`insert`,
+:meth:`clear`); admission threads :meth:`probe` it to size a request's chunks (the serving's
+``NLLEngine.positions``). Each public method holds the cache's lock while it runs, so a probe
+never reads an index an insert or an eviction is changing; a :class:`CachedPrefix` returned holds
+its own references to the tensors it views. :attr:`stats` holds plain counters that a metrics
+reader may copy at any time.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import wraps
+from typing import Any, TypeVar
 
 from dialscore_server.scheduling.planner import MIN_SHARED_PREFIX, common_prefix
 
 #: Layer keys/values of a prefix: one (keys, values) pair per layer, each ``[heads, n, head_dim]``.
 LayerStates = list[tuple[Any, Any]]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _locked(method: F) -> F:
+    """`method` of :class:`ContextCache`, run while holding the cache's lock."""
+
+    @wraps(method)
+    def run(self: ContextCache, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
 
 
 @dataclass
@@ -130,10 +149,13 @@ class ContextCache:
         self._entries: OrderedDict[int, _Entry] = OrderedDict()  # least recently used first
         self._by_prefix: dict[int, dict[int, None]] = {}  # block-prefix hash -> entry ids
         self._next_id = 0
+        self._lock = threading.RLock()
 
+    @_locked
     def __len__(self) -> int:
         return len(self._entries)
 
+    @_locked
     def clear(self) -> None:
         """Drop every entry (not counted as evictions; the other counters are kept)."""
         self._entries.clear()
@@ -141,6 +163,7 @@ class ContextCache:
         self.stats.bytes = self.stats.entries = 0
 
     # ----------------------------------------------------------------------------- lookup
+    @_locked
     def lookup(self, tokens: Sequence[int], limit: int, scored_limit: int = 0, top_k: int = 0
                ) -> CachedPrefix | None:
         """The longest cached prefix of `tokens` no longer than `limit` (at least :attr:`block`
@@ -196,6 +219,7 @@ class ContextCache:
                 best = (n, eid)
         return best
 
+    @_locked
     def probe(self, tokens: Sequence[int], limit: int, scored_limit: int = 0, top_k: int = 0
               ) -> int:
         """The length :meth:`lookup` would return for the same arguments (0 for a miss), without
@@ -203,6 +227,7 @@ class ContextCache:
         best = self._best(tuple(tokens), limit, scored_limit, top_k)
         return best[0] if best else 0
 
+    @_locked
     def count_misses(self, n: int) -> None:
         """Count `n` lookups that the caller settled with :meth:`probe` as misses."""
         self.stats.misses += n
@@ -222,6 +247,7 @@ class ContextCache:
         return list(found) if lo else []
 
     # ----------------------------------------------------------------------------- insert
+    @_locked
     def insert(self, tokens: Sequence[int], states: LayerStates,
                scores: Sequence[Any] | None = None, top_k: int = 0) -> bool:
         """Store `states` (one ``(keys, values)`` per layer, ``[heads, len(tokens), head_dim]``)
@@ -279,6 +305,7 @@ class ContextCache:
                 best = (eid, n)
         return best
 
+    @_locked
     def lookup_exact(self, tokens: tuple[int, ...], scored: bool = False, top_k: int = 0
                      ) -> int | None:
         """The id of an entry holding at least all of `tokens` (with `scored`, a scored entry

@@ -302,25 +302,42 @@ class NLLEngine:
     def positions(self, item: EncodedItem, after: EncodedItem | None = None) -> int:
         """About how many positions an engine call computes for `item` when it comes right after
         `after` in the call: its whole input (``cost``; seq2seq adds the unscored decoder inputs
-        before the target), less its source when the source repeats `after`'s and prefix reuse
-        computes it once (decoder-only: a source of at least ``min_shared_prefix`` tokens, which
-        then heads a shared-prefix group); decoder-only, when `after`'s whole sequence (source +
-        target, same ``top_k``) starts `item`'s, only the tokens `item` adds (`after` is read
-        from `item`'s pass: a dialogue's next turn). A lower bound on sharing: items of one call
-        that share a source without being adjacent, or share more than their source, are shared
-        too, and the context cache is not counted (what it holds may be evicted by then). What
-        the serving sizes its chunks and batches by (engine time follows computed positions, not
-        item tokens)."""
+        before the target), less the longest of these prefixes, each computed once or not at
+        all: its source when the source repeats `after`'s and prefix reuse computes it once
+        (decoder-only: a source of at least ``min_shared_prefix`` tokens, which then heads a
+        shared-prefix group); decoder-only, when `after`'s whole sequence (source + target, same
+        ``top_k``) starts `item`'s, `after`'s tokens (`after` is read from `item`'s pass: a
+        dialogue's next turn); and what the context cache holds of it now
+        (:meth:`cached_positions`). At least 1. An estimate: items of one call that share a
+        source without being adjacent, or share more than their source, are shared too, and a
+        cached prefix may be evicted (or another cached) before the call. What the serving sizes
+        its chunks and batches by (engine time follows computed positions, not item tokens)."""
         causal = self.config.family == "causal"
         whole = item.cost + (0 if causal else len(self.encoder.decoder_prefix) - 1)
+        shared = 0
         if causal and self.prefix_reuse and after is not None and after.top_k == item.top_k:
             before = after.source_ids + after.target_ids
             if before == (item.source_ids + item.target_ids)[: len(before)]:
-                return max(1, whole - len(before))
-        if (self.prefix_reuse and after is not None and after.source_ids == item.source_ids
+                shared = len(before)
+        if (not shared and self.prefix_reuse and after is not None
+                and after.source_ids == item.source_ids
                 and (not causal or len(item.source_ids) >= self.min_shared_prefix)):
-            return max(1, whole - len(item.source_ids))
-        return whole
+            shared = len(item.source_ids)
+        return max(1, whole - max(shared, self.cached_positions(item)))
+
+    def cached_positions(self, item: EncodedItem) -> int:
+        """How many of `item`'s first positions the context cache holds now, as an engine call
+        scoring it alone would read them (0: no cache, or a miss): for an item whose source is
+        one token (a completions prompt), up to all its positions but the last two, from a
+        scored entry with the same ``top_k``; for any other, up to its source's positions but
+        the last. Counts no lookup and changes no recency; safe from any thread."""
+        cache = self.context_cache
+        if cache is None:
+            return 0
+        seq, s = item.source_ids + item.target_ids, len(item.source_ids)
+        if s == 1:
+            return cache.probe(seq, 0, len(seq) - 2, item.top_k)
+        return cache.probe(seq, s - 1)
 
     # ----------------------------------------------------------------------------- scoring
     def score(self, items: Sequence[NLLItem]) -> list[NLLResult]:
@@ -403,8 +420,7 @@ class NLLEngine:
             stats.cache_bytes = cache.stats.bytes
         return results, stats
 
-    @staticmethod
-    def _cached_alone(rows: Sequence[EncodedItem], groups: list[SharedPrefixGroup],
+    def _cached_alone(self, rows: Sequence[EncodedItem], groups: list[SharedPrefixGroup],
                       alone: list[int], cache: ContextCache
                       ) -> tuple[list[SharedPrefixGroup], list[int]]:
         """(groups, alone) with each item alone whose context the cache holds made a group of its
@@ -417,10 +433,8 @@ class NLLEngine:
         for i in alone:
             r = rows[i]
             seq, s = r.source_ids + r.target_ids, len(r.source_ids)
-            if s == 1 and cache.probe(seq, 0, len(seq) - 2, r.top_k):
-                own[i] = len(seq) - 1
-            elif s > 1 and cache.probe(seq, s - 1):
-                own[i] = s
+            if self.cached_positions(r):
+                own[i] = len(seq) - 1 if s == 1 else s
             else:
                 misses += s >= cache.block or (s == 1 and len(seq) > cache.block)
         cache.count_misses(misses)
