@@ -4,11 +4,13 @@ lanes off and on (one run, one app).
     python -m loadtests.bench_lanes --rate 3 --seconds 20
     python -m loadtests.bench_lanes --rate 3 --seconds 20 --num-cpus 16 --device cuda  # on a GPU
 
-One app serves the stand-in NLI classifier and the stand-in DialoGPT three times: as
+One app serves the stand-in NLI classifier and the stand-in DialoGPT four times: as
 ``dialogpt-lanes-off`` (``priority_lanes: false``: one first-come-first-served queue), as
-``dialogpt-lanes-on`` (the default lanes) and as ``dialogpt-lanes-small-bulk`` (lanes, and bulk
-engine calls of at most --bulk-max-batch positions), each one replica with 2 threads
-(``--device cuda``: each on a quarter of one GPU). Phases, each --seconds long; the interactive
+``dialogpt-lanes-on`` (the default lanes), as ``dialogpt-lanes-small-bulk`` (lanes, and bulk
+engine calls of at most --bulk-max-batch positions within the default 2 s
+``bulk_max_batch_hold_s`` of an interactive arrival) and as ``dialogpt-lanes-small-bulk-always``
+(the same bound with no hold: every bulk call), each one replica with 2 threads
+(``--device cuda``: each on a fifth of one GPU). Phases, each --seconds long; the interactive
 stream is /v1/rerank requests (6-turn context, 8 candidates, with ``nll_model``: its NLL term
 shares the dialogue model's replica with the probe run) sent open-loop at --rate per second, no
 priority header (interactive):
@@ -22,7 +24,10 @@ priority header (interactive):
    (reading 64 items' per-token answers) never delays the stream's event loop, and so never
    the stream's timings. ``--bulk-nice N`` runs it at that nice value, standing in for a client
    on another host (it then takes CPU only when the service does not);
-3. *beside probe, lanes on* / *small bulk*: the same against the other two deployments.
+3. *beside probe, lanes on* / *small bulk* / *s.b. always*: the same against the other three
+   deployments;
+4. *probe only*: the probe run alone on the three deployments with lanes, no stream (its items
+   per second over --seconds): what the bound costs bulk work when no interactive request comes.
 
 Reported: the stream's p50/p99 latency and the probe run's items per second (items answered
 while the stream ran, counted per request), per phase, and the ratios of p99 to the *alone* p99
@@ -59,16 +64,20 @@ from loadtests.common import (
 APP = "lanes"
 CLASSIFIER = "roberta-large-mnli"
 OFF, ON, SMALL = "dialogpt-lanes-off", "dialogpt-lanes-on", "dialogpt-lanes-small-bulk"
+ALWAYS = "dialogpt-lanes-small-bulk-always"
+#: Each deployment's share of the GPU with --device cuda (four NLL deployments and the classifier).
+GPU_SHARE = 0.2
 
 
-def nll_entry(name: str, lanes: bool, device: str, bulk_max_batch: int | None = None
-              ) -> dict[str, Any]:
-    """The stand-in DialoGPT served as `name` on `device` (``cuda``: a quarter of the GPU)."""
+def nll_entry(name: str, lanes: bool, device: str, bulk_max_batch: int | None = None,
+              hold_s: float | None = 2.0) -> dict[str, Any]:
+    """The stand-in DialoGPT served as `name` on `device` (``cuda``: a fifth of the GPU), with
+    `bulk_max_batch` held `hold_s` after each interactive arrival (None: always)."""
     return {"name": NLL_MODEL, "serve_as": name, "overrides": {"device": device},
-            "serving": {"num_cpus": 0.6, "num_gpus": 0.25 if device == "cuda" else 0,
+            "serving": {"num_cpus": 0.6, "num_gpus": GPU_SHARE if device == "cuda" else 0,
                         "num_threads": 2, "max_ongoing_requests": 128,
                         "max_queued_requests": 512, "priority_lanes": lanes,
-                        "bulk_max_batch": bulk_max_batch}}
+                        "bulk_max_batch": bulk_max_batch, "bulk_max_batch_hold_s": hold_s}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,15 +95,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="where the replicas' models run (default cpu; cuda: each deployment "
                          "takes a quarter of one GPU, the classifier too)")
-    ap.add_argument("--num-cpus", type=int, default=4,
+    ap.add_argument("--num-cpus", type=int, default=5,
                     help="Ray's logical CPUs (default 4; the processes may use every core)")
     args = ap.parse_args(argv)
     app_args = {
         "stand_ins": str(WORK / "stand-ins"), "request_timeout_s": 300,
         "models": [nll_entry(OFF, False, args.device), nll_entry(ON, True, args.device),
-                   nll_entry(SMALL, True, args.device, args.bulk_max_batch)],
+                   nll_entry(SMALL, True, args.device, args.bulk_max_batch),
+                   nll_entry(ALWAYS, True, args.device, args.bulk_max_batch, hold_s=None)],
         "classifiers": [{"name": CLASSIFIER, "overrides": {"device": args.device}, "serving": {
-            "num_cpus": 0.3, "num_gpus": 0.25 if args.device == "cuda" else 0, "num_threads": 1,
+            "num_cpus": 0.3, "num_gpus": GPU_SHARE if args.device == "cuda" else 0,
+            "num_threads": 1,
             "max_ongoing_requests": 128, "max_queued_requests": 512}}],
     }
     with serve_app(app_args, name=APP, num_cpus=args.num_cpus) as url:
@@ -176,9 +187,11 @@ def probe_run(url: str, model: str, items: list[dict[str, Any]], concurrency: in
 
 
 def phase(url: str, model: str, probe: bool, args: argparse.Namespace,
-          items: list[dict[str, Any]]) -> tuple[list[Timed], float]:
+          items: list[dict[str, Any]], interactive_stream: bool = True
+          ) -> tuple[list[Timed], float]:
     """(the stream's requests, the probe run's items per second while the stream ran: items
-    answered from the stream's first request to its last answer)."""
+    answered from the stream's first request to its last answer). Without
+    `interactive_stream`, no stream: the probe run's items per second over --seconds."""
     context = multiprocessing.get_context("spawn")
     stop, scored = context.Event(), context.Value("q", 0)
     bulk = (context.Process(target=probe_run, args=(url, model, items, args.concurrency,
@@ -193,7 +206,11 @@ def phase(url: str, model: str, probe: bool, args: argparse.Namespace,
             if bulk is not None:
                 await asyncio.sleep(2.0)  # the probe run's requests reach the replica first
             window[0], window[1] = time.perf_counter(), scored.value
-            timed = await stream(client, model, args.rate, args.seconds)
+            if interactive_stream:
+                timed = await stream(client, model, args.rate, args.seconds)
+            else:
+                timed = []
+                await asyncio.sleep(args.seconds)
             window[2], window[3] = time.perf_counter(), scored.value
             return timed
 
@@ -216,7 +233,7 @@ def measure(url: str, args: argparse.Namespace) -> None:
 
     async def warm() -> None:
         async with httpx.AsyncClient(base_url=url, timeout=300) as client:
-            for model in (OFF, ON, SMALL):
+            for model in (OFF, ON, SMALL, ALWAYS):
                 for _ in range(3):
                     (await client.post("/v1/rerank", json=rerank_body(model))).raise_for_status()
                 (await client.post("/v1/nll", json={"model": model, "items": items[:64]})
@@ -229,12 +246,18 @@ def measure(url: str, args: argparse.Namespace) -> None:
           f"its own process at nice {args.bulk_nice})")
     rows, tails = [], []
     alone: dict[str, float | None] = {}
-    for name, model, probe in [("alone, lanes off", OFF, False), ("alone, lanes on", ON, False),
-                               ("alone, small bulk calls", SMALL, False),
-                               ("beside probe, lanes off", OFF, True),
-                               ("beside probe, lanes on", ON, True),
-                               ("beside probe, small bulk", SMALL, True)]:
-        timed, rate = phase(url, model, probe, args, items)
+    for name, model, probe, streamed in [
+            ("alone, lanes off", OFF, False, True), ("alone, lanes on", ON, False, True),
+            ("alone, small bulk", SMALL, False, True),
+            ("alone, small bulk always", ALWAYS, False, True),
+            ("beside probe, lanes off", OFF, True, True),
+            ("beside probe, lanes on", ON, True, True),
+            ("beside probe, small bulk", SMALL, True, True),
+            ("beside probe, s.b. always", ALWAYS, True, True),
+            ("probe only, lanes on", ON, True, False),
+            ("probe only, small bulk", SMALL, True, False),
+            ("probe only, s.b. always", ALWAYS, True, False)]:
+        timed, rate = phase(url, model, probe, args, items, streamed)
         lat = [t.wall_s for t in timed]
         p50, p99 = percentile(lat, 50), percentile(lat, 99)
         if not probe:
@@ -242,7 +265,8 @@ def measure(url: str, args: argparse.Namespace) -> None:
         base = alone.get(model)
         rows.append([name, len(lat), p50, p99, p99 / base if p99 and base else None,
                      rate if probe else None])
-        tails.append([name, *tail_breakdown(timed)])
+        if streamed:
+            tails.append([name, *tail_breakdown(timed)])
     columns = [Column("phase", 25, left=True), Column("n", 4, "d"), Column("p50 s", 7, ".3f"),
                Column("p99 s", 7, ".3f"), Column("p99/alone", 9, ".2f"),
                Column("probe items/s", 13, ".1f")]

@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
+from pydantic import ValidationError
 
+from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contradiction.engine.pairing import DetectionJob, Turn
 from dialscore_server.contradiction.serving import ContradictionServing
 from dialscore_server.scheduling.chunks import Chunk, Outcome
@@ -172,6 +174,50 @@ def test_bulk_calls_merge_no_more_than_bulk_max_batch():
     assert asyncio.run(go()) == [["b0"], ["i1", "i2", "i3"], ["b1", "b2"], ["b3"]]
 
 
+class FakeClock:
+    """A clock that moves only when the test sets :attr:`now`."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("hold,want", [
+    (2.0, [["b0"], ["b1", "b2", "b3"], ["i0"], ["b4", "b5"], ["b6", "b7", "b8"]]),
+    (None, [["b0"], ["b1", "b2"], ["b3"], ["i0"], ["b4", "b5"], ["b6", "b7"], ["b8"]])])
+def test_bulk_max_batch_holds_only_within_its_hold_after_an_interactive_arrival(hold, want):
+    """With a 2 s hold, bulk calls merge the whole budget (100) before any interactive chunk
+    arrived and again 2 s after the last one (b6-b8), and stop at bulk_max_batch (20) within the
+    hold (b4, b5); with no hold, always at 20. The queue's clock moves only when the test says."""
+    async def go():
+        clock = FakeClock()
+        engine = DrivenEngine()
+        queue = engine.attach(LaneQueue(engine, max_batch_size=100, clock=clock, policy=LanePolicy(
+            bulk_max_batch=20, bulk_max_batch_hold_s=hold)))
+        sent = [send(queue, "b0", "bulk", 10)]
+        await until(lambda: engine.calls, "the first call")
+        sent += [send(queue, f"b{k}", "bulk", 10) for k in (1, 2, 3)]
+        await running(engine, queue, "b0", waiting=3)
+        while len(queue.waiting()) > 0:
+            await engine.release()  # b1-b3: no interactive chunk yet
+        clock.now = 10.0
+        sent += [send(queue, "i0")] + [send(queue, f"b{k}", "bulk", 10) for k in (4, 5, 6, 7, 8)]
+        await until(lambda: len(queue.waiting()) == 6, "i0 and b4-b8 waiting")
+        await engine.release()  # i0
+        clock.now = 11.0  # within the hold
+        await engine.release()  # b4, b5
+        clock.now = 12.5  # the hold of i0 (10.0 + 2.0) has lapsed
+        while len(queue.waiting()) > 0:
+            await engine.release()
+        engine.end_call()
+        await asyncio.gather(*sent)
+        return engine.calls
+
+    assert asyncio.run(go()) == want
+
+
 #: A batch wait no test outlives: a call that waits for it never starts within the test.
 FOREVER_S = 10 ** 6
 
@@ -257,6 +303,8 @@ def test_a_policy_refuses_settings_that_would_starve_or_mean_nothing():
         LanePolicy(interactive_max_cost=-1)
     with pytest.raises(ValueError, match="bulk_max_batch"):
         LanePolicy(bulk_max_batch=0)
+    with pytest.raises(ValueError, match="bulk_max_batch_hold_s"):
+        LanePolicy(bulk_max_batch=1, bulk_max_batch_hold_s=-1.0)
 
 
 def test_a_serving_puts_a_request_over_one_chunk_in_the_bulk_lane_whatever_it_asks():
@@ -272,3 +320,13 @@ def test_a_serving_puts_a_request_over_one_chunk_in_the_bulk_lane_whatever_it_as
 
     assert asyncio.run(go()) == ("bulk", "interactive", "bulk")
     assert Turn  # the pairing's turns build the dialogues above
+
+
+def test_the_operators_hold_reaches_the_lane_policy_and_a_negative_one_is_refused():
+    """The replica's options carry bulk_max_batch_hold_s (default 2 s, null: always) into its
+    lane policy; a negative hold is refused naming the field."""
+    assert ServingOptions(bulk_max_batch=512).lane_policy(2048).bulk_max_batch_hold_s == 2.0
+    always = ServingOptions(bulk_max_batch=512, bulk_max_batch_hold_s=None).lane_policy(2048)
+    assert always.bulk_max_batch_hold_s is None and always.bulk_max_batch == 512
+    with pytest.raises(ValidationError, match="bulk_max_batch_hold_s"):
+        ServingOptions(bulk_max_batch_hold_s=-1.0)

@@ -101,6 +101,13 @@ class ServingOptions(BaseModel):
         "chunk_tokens, so every bulk call stays within it; a classifier's chunk of chunk_pairs "
         "larger than it is a call of its own. Default: the engine call's whole budget "
         "(max_batch_tokens on NLL models).")
+    bulk_max_batch_hold_s: float | None = Field(
+        2.0, ge=0, description="With bulk_max_batch set, it bounds a bulk "
+        "engine call only while an interactive chunk waits or arrived on the replica within the "
+        "last this many seconds; with no interactive traffic for longer, bulk calls merge up to "
+        "the whole budget (one chunk of every waiting bulk request), so the bound costs bulk "
+        "throughput only while it shortens interactive waits. The first interactive request "
+        "after a quiet spell may wait for one such call. null: the bound always holds.")
     affinity_routing: bool = Field(
         True, description="NLL models: callers route requests whose contexts start alike (the "
         "first 256 characters of the first item's knowledge and turns or source, or of a "
@@ -121,4 +128,5 @@ class ServingOptions(BaseModel):
         chunks (the default cap of the interactive lane)."""
         cap = self.interactive_max_cost if self.interactive_max_cost is not None else chunk
         return LanePolicy(enabled=self.priority_lanes, bulk_every=self.bulk_every,
-                          interactive_max_cost=cap, bulk_max_batch=self.bulk_max_batch)
+                          interactive_max_cost=cap, bulk_max_batch=self.bulk_max_batch,
+                          bulk_max_batch_hold_s=self.bulk_max_batch_hold_s)

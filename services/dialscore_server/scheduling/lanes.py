@@ -9,8 +9,13 @@ turn-taking of :mod:`~dialscore_server.scheduling.chunks`). When the engine is f
 engine call takes (:meth:`LaneQueue.pick`):
 
 * no interactive chunk waiting: bulk chunks, oldest first, up to the call's budget, or
-  ``bulk_max_batch`` where set (bulk has every call when nobody interactive waits; the smaller
-  its calls, the sooner an interactive arrival gets the engine);
+  ``bulk_max_batch`` where set while interactive work is about (bulk has every call when nobody
+  interactive waits; the smaller its calls, the sooner an interactive arrival gets the engine).
+  With ``bulk_max_batch_hold_s`` set, the bound holds only while an interactive chunk waits or
+  arrived within the last that many seconds: a replica with no interactive traffic merges bulk
+  chunks up to the whole budget (one chunk of every waiting bulk request, each already cut to
+  the bound at admission), so the bound costs bulk throughput only while it shortens an
+  interactive wait;
 * interactive chunks waiting: interactive chunks only, oldest first, up to the budget, except
   that while bulk chunks wait too, every ``bulk_every``-th such call starts with the oldest bulk
   chunk and fills the rest with interactive ones. Bulk is never starved: with interactive work
@@ -32,6 +37,7 @@ merges its queue first-in first-out and cannot put an interactive chunk before b
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -65,12 +71,16 @@ class LanePolicy:
       :class:`~dialscore_server.scheduling.serving.ChunkedServing`'s `rechunk`), so an
       interactive request that arrives while it runs waits for less; None: the call's whole
       budget.
+    * `bulk_max_batch_hold_s`: `bulk_max_batch` bounds a bulk call only while an interactive
+      chunk waits or arrived within the last this many seconds (by the queue's clock); beyond
+      that a bulk call merges up to the whole budget. None: the bound always holds.
     """
 
     enabled: bool = True
     bulk_every: int = BULK_EVERY
     interactive_max_cost: int | None = None
     bulk_max_batch: int | None = None
+    bulk_max_batch_hold_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.bulk_every < 1:
@@ -79,6 +89,8 @@ class LanePolicy:
             raise ValueError("interactive_max_cost must not be negative")
         if self.bulk_max_batch is not None and self.bulk_max_batch < 1:
             raise ValueError("bulk_max_batch must be at least 1")
+        if self.bulk_max_batch_hold_s is not None and self.bulk_max_batch_hold_s < 0:
+            raise ValueError("bulk_max_batch_hold_s must not be negative")
 
     def lane_of(self, asked: Lane, cost: int) -> Lane:
         """The lane a request that asked for `asked` and costs `cost` is served in: bulk when
@@ -123,16 +135,21 @@ class LaneQueue(Generic[C, V]):
     chunks are awaited from; each takes what :meth:`pick` chooses. A chunk whose waiter is
     cancelled leaves the queue without being computed.
 
-    `model` and `unit` label the lane metrics (``dialscore_lane_*``)."""
+    `model` and `unit` label the lane metrics (``dialscore_lane_*``). `clock` (seconds, never
+    decreasing) times :attr:`LanePolicy.bulk_max_batch_hold_s`."""
 
     def __init__(self, call: EngineCall[C, V], *, max_batch_size: int | None = None,
                  batch_wait_timeout_s: float = 0.0, policy: LanePolicy = LanePolicy(),
-                 model: str = "", unit: str = "") -> None:
+                 model: str = "", unit: str = "",
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._call = call
         self.max_batch_size = max_batch_size
         self.batch_wait_timeout_s = batch_wait_timeout_s
         self.policy = policy
         self.model, self.unit = model, unit
+        self._clock = clock
+        #: When the last interactive chunk arrived (by `clock`); None: none yet.
+        self._interactive_at: float | None = None
         self._lanes: dict[str, list[_Waiting[C, V]]] = {lane: [] for lane in LANES}
         self._fifo: list[_Waiting[C, V]] = []  # lanes off: one queue
         self._task: asyncio.Task[None] | None = None
@@ -146,6 +163,8 @@ class LaneQueue(Generic[C, V]):
     async def __call__(self, chunk: C) -> Outcome[V]:
         loop = asyncio.get_running_loop()
         entry: _Waiting[C, V] = _Waiting(chunk, loop.create_future(), loop.time())
+        if chunk.lane == "interactive":
+            self._interactive_at = self._clock()
         (self._lanes[chunk.lane] if self.policy.enabled else self._fifo).append(entry)
         self._publish()
         if self._task is None or self._task.done():
@@ -185,14 +204,25 @@ class LaneQueue(Generic[C, V]):
 
     # -- the policy ----------------------------------------------------------------------------
 
+    def bulk_bounded(self) -> bool:
+        """Whether a call of bulk chunks is held to :attr:`LanePolicy.bulk_max_batch` now: the
+        bound is set, and its hold is unset, or an interactive chunk waits or arrived within the
+        hold."""
+        hold = self.policy.bulk_max_batch_hold_s
+        if self.policy.bulk_max_batch is None:
+            return False
+        if hold is None or self.waiting("interactive"):
+            return True
+        return self._interactive_at is not None and self._clock() - self._interactive_at < hold
+
     def _fill(self, taken: list[_Waiting[C, V]], queue: Sequence[_Waiting[C, V]],
               bulk: bool = False) -> bool:
         """Add `queue`'s chunks to `taken`, oldest first, while they fit the call's budget
         (`bulk`: the bulk budget); whether the call is then full: a chunk of `queue` did not fit,
         or the budget is reached."""
-        budget = self.max_batch_size
-        if bulk and budget is not None and self.policy.bulk_max_batch is not None:
-            budget = min(budget, self.policy.bulk_max_batch)
+        budget, cap = self.max_batch_size, self.policy.bulk_max_batch
+        if bulk and budget is not None and cap is not None and self.bulk_bounded():
+            budget = min(budget, cap)
         size = sum(w.chunk.size for w in taken)
         for w in queue:
             if taken and (budget is None or size + w.chunk.size > budget):
