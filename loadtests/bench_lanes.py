@@ -70,14 +70,16 @@ GPU_SHARE = 0.2
 
 
 def nll_entry(name: str, lanes: bool, device: str, bulk_max_batch: int | None = None,
-              hold_s: float | None = 2.0) -> dict[str, Any]:
+              always: bool = False) -> dict[str, Any]:
     """The stand-in DialoGPT served as `name` on `device` (``cuda``: a fifth of the GPU), with
-    `bulk_max_batch` held `hold_s` after each interactive arrival (None: always)."""
+    `bulk_max_batch` held for the service's default hold after each interactive arrival, or on
+    every bulk call (`always`: ``bulk_max_batch_hold_s: null``)."""
     return {"name": NLL_MODEL, "serve_as": name, "overrides": {"device": device},
             "serving": {"num_cpus": 0.6, "num_gpus": GPU_SHARE if device == "cuda" else 0,
                         "num_threads": 2, "max_ongoing_requests": 128,
                         "max_queued_requests": 512, "priority_lanes": lanes,
-                        "bulk_max_batch": bulk_max_batch, "bulk_max_batch_hold_s": hold_s}}
+                        "bulk_max_batch": bulk_max_batch,
+                        **({"bulk_max_batch_hold_s": None} if always else {})}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,19 +96,18 @@ def main(argv: list[str] | None = None) -> int:
                          "client on another host)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="where the replicas' models run (default cpu; cuda: each deployment "
-                         "takes a quarter of one GPU, the classifier too)")
+                         "takes a fifth of one GPU, the classifier too)")
     ap.add_argument("--num-cpus", type=int, default=5,
-                    help="Ray's logical CPUs (default 4; the processes may use every core)")
+                    help="Ray's logical CPUs (default 5; the processes may use every core)")
     args = ap.parse_args(argv)
     app_args = {
         "stand_ins": str(WORK / "stand-ins"), "request_timeout_s": 300,
         "models": [nll_entry(OFF, False, args.device), nll_entry(ON, True, args.device),
                    nll_entry(SMALL, True, args.device, args.bulk_max_batch),
-                   nll_entry(ALWAYS, True, args.device, args.bulk_max_batch, hold_s=None)],
+                   nll_entry(ALWAYS, True, args.device, args.bulk_max_batch, always=True)],
         "classifiers": [{"name": CLASSIFIER, "overrides": {"device": args.device}, "serving": {
             "num_cpus": 0.3, "num_gpus": GPU_SHARE if args.device == "cuda" else 0,
-            "num_threads": 1,
-            "max_ongoing_requests": 128, "max_queued_requests": 512}}],
+            "num_threads": 1, "max_ongoing_requests": 128, "max_queued_requests": 512}}],
     }
     with serve_app(app_args, name=APP, num_cpus=args.num_cpus) as url:
         measure(url, args)
