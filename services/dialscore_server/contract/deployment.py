@@ -31,6 +31,7 @@ class ModelDeployment:
         """The model's card (GET /v1/models, every response's provenance)."""
         return await self.serving.card()
 
-    def check_health(self) -> None:
-        """Serve's periodic health check: the engine's real, tiny forward pass."""
-        self.serving.check_health()
+    async def check_health(self) -> None:
+        """Serve's periodic health check: the engine's real, tiny forward pass, run on the engine
+        thread when no engine call is at work (see the serving's ``check_health``)."""
+        await self.serving.check_health()

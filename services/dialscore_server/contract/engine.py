@@ -34,7 +34,9 @@ class Engine(Protocol):
         ...
 
     def check_health(self) -> None:
-        """Raise if the engine cannot serve (a real, tiny forward pass)."""
+        """Raise if the engine cannot serve (a real, tiny forward pass). A replica calls it on its
+        engine thread, never beside an engine call
+        (:meth:`~dialscore_server.scheduling.serving.ChunkedServing.check_health`)."""
         ...
 
     def close(self) -> None:

@@ -136,8 +136,10 @@ class ContradictionServing:
     async def card(self) -> ModelCard:
         return self._card
 
-    def check_health(self) -> None:
-        self.engine.check_health()
+    async def check_health(self) -> None:
+        """The engine's health check, on the engine thread when it is idle (see
+        :meth:`ChunkedServing.check_health <dialscore_server.scheduling.serving.ChunkedServing.check_health>`)."""
+        await self.chunks.check_health(self.engine.check_health)
 
     def admit(self, job: DetectionJob) -> list[Work]:
         """Plan the job's pairs (InputError naming ``dialogues[i].turns...``) and cut it into

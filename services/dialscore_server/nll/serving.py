@@ -212,8 +212,10 @@ class NLLServing:
     async def card(self) -> ModelCard:
         return self._card
 
-    def check_health(self) -> None:
-        self.engine.check_health()
+    async def check_health(self) -> None:
+        """The engine's health check, on the engine thread when it is idle (see
+        :meth:`ChunkedServing.check_health <dialscore_server.scheduling.serving.ChunkedServing.check_health>`)."""
+        await self.chunks.check_health(self.engine.check_health)
 
     async def tokenizer(self, call: TokenizerCall) -> Reply[object]:
         """See :meth:`NLLService.tokenizer`: run at once on the replica's event loop (no engine

@@ -1,28 +1,67 @@
-"""The one thread that runs a replica's engine calls."""
+"""The one thread that runs a replica's engine calls, and its health probe."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
 
 A = TypeVar("A")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class EngineThread(Generic[A, R]):
-    """Runs ``run(batch)`` on one long-lived thread, awaited from the event loop.
+    """Runs ``run(batch)``, and anything else that touches the engine (:meth:`submit`), on one
+    long-lived thread, one at a time in the order submitted, awaited from the event loop.
 
-    A replica's engine calls never overlap (Serve runs one batch at a time), so one thread is
-    enough; keeping it the same thread keeps one OpenMP thread team for PyTorch's CPU kernels
-    (each OS thread that calls into them starts a team of its own) and the thread's own settings
-    (``torch.set_num_threads`` is per thread)."""
+    One thread keeps one OpenMP thread team for PyTorch's CPU kernels (each OS thread that calls
+    into them starts a team of its own) and the thread's own settings (``torch.set_num_threads``
+    is per thread), and it is what keeps the engine's state (the NLL engine's context cache)
+    touched by one thread only. :attr:`busy` and :attr:`failed` say what the thread is doing and
+    how its last finished call ended, for the health check
+    (:meth:`~dialscore_server.scheduling.serving.ChunkedServing.check_health`)."""
 
     def __init__(self, run: Callable[[Sequence[A]], R]) -> None:
         self._run = run
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dialscore-engine")
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._failed: BaseException | None = None
+
+    @property
+    def busy(self) -> bool:
+        """Whether a submitted call is running on the thread or waiting for it (counted until the
+        call returns on the thread, even when its awaiter was cancelled)."""
+        with self._lock:
+            return self._in_flight > 0
+
+    @property
+    def failed(self) -> BaseException | None:
+        """What the last call to finish raised; None when it returned."""
+        with self._lock:
+            return self._failed
 
     async def call(self, batch: Sequence[A]) -> R:
         """``run(batch)`` on the engine thread."""
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self._run, batch)
+        return await self.submit(self._run, batch)
+
+    async def submit(self, fn: Callable[..., T], *args: object) -> T:
+        """``fn(*args)`` on the engine thread, after every call submitted before it."""
+        with self._lock:
+            self._in_flight += 1
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._tracked, fn, args)
+
+    def _tracked(self, fn: Callable[..., T], args: tuple[object, ...]) -> T:
+        failed: BaseException | None = None
+        try:
+            return fn(*args)
+        except BaseException as exc:
+            failed = exc
+            raise
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._failed = failed

@@ -123,6 +123,18 @@ class ChunkedServing(Generic[C, V]):
         self._engine_thread: EngineThread[C, list[Outcome[V]]] = EngineThread(self.call)
         self._runner = runner(self._engine_thread.call, policy=lanes, model=model, unit=unit)
 
+    async def check_health(self, probe: Callable[[], None]) -> None:
+        """Serve's health check of the replica's engine. While an engine call runs or waits for
+        the engine thread, and the last call to finish returned, the engine is at work and that
+        is the check: `probe` does not run. Otherwise `probe` (the engine's tiny real forward
+        pass) runs on the engine thread (:class:`~dialscore_server.scheduling.engine_thread.EngineThread`),
+        never beside an engine call, and what it raises fails the check; after a failed call it
+        waits behind the calls submitted before it."""
+        thread = self._engine_thread
+        if thread.busy and thread.failed is None:
+            return
+        await thread.submit(probe)
+
     def call(self, chunks: Sequence[C]) -> list[Outcome[V]]:
         """One accounted engine call for `chunks`, on the calling thread (the runner calls it on
         the engine thread): one outcome per chunk, in order."""

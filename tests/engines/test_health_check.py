@@ -1,0 +1,124 @@
+"""The replica's health check (Serve's ``check_health``) against its engine thread, without Ray:
+the engine's probe (its tiny real forward pass) runs on the engine thread, never beside an engine
+call, and not at all while a call that is at work shows the engine alive; after a failed call the
+probe runs, behind the calls before it, and its error fails the check. The engine is a gated fake
+the test releases: nothing here depends on how fast the machine is."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from dialscore.model_card import ModelCard
+from dialscore_server.contradiction.engine.engine import ContradictionDetector
+from dialscore_server.contradiction.engine.pairing import DetectionJob, Turn
+from dialscore_server.contradiction.serving import ContradictionServing
+from merging_runner import HANG_S, until
+
+
+class DeviceLost(RuntimeError):
+    """What the fake engine raises while :attr:`ProbedDetector.broken` is set."""
+
+
+class ProbedDetector:
+    """A real ContradictionDetector over a fake classifier. Every classifier call and every
+    health probe appends ``(what, thread name)`` to :attr:`log`; a classifier call waits for
+    :attr:`release` (set unless `gated`); both raise DeviceLost while :attr:`broken` is set."""
+
+    def __init__(self, gated: bool = False):
+        self.log: list[tuple[str, str]] = []
+        self.release = threading.Event()
+        if not gated:
+            self.release.set()
+        self.broken = False
+        self.detector = ContradictionDetector(classifier=self._probs)
+
+    def _probs(self, pairs):
+        self.log.append(("call", threading.current_thread().name))
+        assert self.release.wait(60), "the test never released the engine"
+        if self.broken:
+            raise DeviceLost("the device is gone")
+        return [0.1] * len(pairs)
+
+    def detect_many(self, jobs, guard=None):
+        return self.detector.detect_many(jobs, guard)
+
+    def card(self) -> ModelCard:
+        return ModelCard(name="fake-nli", family="classifier", source="fake", revision=None,
+                         max_length=512, dtype="float32", device="cpu", stand_in=True)
+
+    def check_health(self) -> None:
+        self.log.append(("probe", threading.current_thread().name))
+        if self.broken:
+            raise DeviceLost("the device is gone")
+
+    def calls(self) -> int:
+        return sum(what == "call" for what, _ in self.log)
+
+
+def job() -> DetectionJob:
+    return DetectionJob([[Turn(1, "I like fish."), Turn(1, "I never eat fish.")]])
+
+
+def test_the_probe_runs_on_the_engine_thread_and_never_beside_an_engine_call():
+    engine = ProbedDetector(gated=True)
+    serving = ContradictionServing(engine, max_batch_pairs=64)
+
+    async def scenario() -> None:
+        request = asyncio.create_task(serving.detect(job()))
+        await until(lambda: engine.calls() == 1, "the engine call starts")
+        # The call at work is the check: no probe beside it, and no wait for the call (the
+        # limit only guards against a hang).
+        await asyncio.wait_for(serving.check_health(), HANG_S)
+        assert [what for what, _ in engine.log] == ["call"]
+        engine.release.set()
+        assert (await request).error is None
+        await serving.check_health()  # idle: the probe runs, on the engine thread
+
+    asyncio.run(scenario())
+    (_, call_thread), (what, probe_thread) = engine.log
+    assert what == "probe"
+    assert probe_thread == call_thread and call_thread.startswith("dialscore-engine")
+
+
+def test_after_a_failed_call_the_probe_runs_behind_the_calls_before_it_and_its_error_fails_the_check():
+    engine = ProbedDetector()
+    serving = ContradictionServing(engine, max_batch_pairs=64)
+
+    async def scenario() -> None:
+        engine.broken = True
+        with pytest.raises(DeviceLost):
+            await serving.detect(job())
+        with pytest.raises(DeviceLost):
+            await serving.check_health()  # idle after a failure: the probe's error fails it
+        engine.broken = False
+        engine.release.clear()
+        request = asyncio.create_task(serving.detect(job()))
+        await until(lambda: engine.calls() == 2, "the second engine call starts")
+        # The engine is busy, but the last call to finish failed: the probe must run, and it
+        # waits behind the call at work (one engine thread), so it cannot have run yet.
+        check = asyncio.create_task(serving.check_health())
+        await asyncio.sleep(0)
+        assert [what for what, _ in engine.log] == ["call", "probe", "call"]
+        engine.release.set()
+        await check
+        assert (await request).error is None
+
+    asyncio.run(scenario())
+    assert [what for what, _ in engine.log] == ["call", "probe", "call", "probe"]
+    assert len({thread for _, thread in engine.log}) == 1
+
+
+def test_the_deployment_checks_health_through_its_serving_on_the_engine_thread():
+    """Serve calls the deployment's ``check_health``: it awaits the serving's, so the probe runs
+    on the engine thread, not on the thread Serve would run a sync method on."""
+    from dialscore_server.contract.deployment import ModelDeployment
+
+    engine = ProbedDetector()
+    deployment = object.__new__(ModelDeployment)  # the base, without building a real engine
+    deployment.serving = ContradictionServing(engine, max_batch_pairs=64)
+    asyncio.run(deployment.check_health())
+    assert [what for what, _ in engine.log] == ["probe"]
+    assert engine.log[0][1].startswith("dialscore-engine")
