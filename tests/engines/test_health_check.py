@@ -11,51 +11,36 @@ import threading
 
 import pytest
 
-from dialscore.model_card import ModelCard
-from dialscore_server.contradiction.engine.engine import ContradictionDetector
 from dialscore_server.contradiction.engine.pairing import DetectionJob, Turn
 from dialscore_server.contradiction.serving import ContradictionServing
 from merging_runner import HANG_S, until
+from test_fair_chunks import GatedDetector
 
 
 class DeviceLost(RuntimeError):
     """What the fake engine raises while :attr:`ProbedDetector.broken` is set."""
 
 
-class ProbedDetector:
-    """A real ContradictionDetector over a fake classifier. Every classifier call and every
-    health probe appends ``(what, thread name)`` to :attr:`log`; a classifier call waits for
-    :attr:`release` (set unless `gated`); both raise DeviceLost while :attr:`broken` is set."""
+class ProbedDetector(GatedDetector):
+    """:class:`GatedDetector` that also appends ``(what, thread name)`` to :attr:`log` for every
+    classifier call and every health probe; both raise DeviceLost while :attr:`broken` is set."""
 
     def __init__(self, gated: bool = False):
+        super().__init__(gated)
         self.log: list[tuple[str, str]] = []
-        self.release = threading.Event()
-        if not gated:
-            self.release.set()
         self.broken = False
-        self.detector = ContradictionDetector(classifier=self._probs)
 
     def _probs(self, pairs):
         self.log.append(("call", threading.current_thread().name))
-        assert self.release.wait(60), "the test never released the engine"
+        probs = super()._probs(pairs)
         if self.broken:
             raise DeviceLost("the device is gone")
-        return [0.1] * len(pairs)
-
-    def detect_many(self, jobs, guard=None):
-        return self.detector.detect_many(jobs, guard)
-
-    def card(self) -> ModelCard:
-        return ModelCard(name="fake-nli", family="classifier", source="fake", revision=None,
-                         max_length=512, dtype="float32", device="cpu", stand_in=True)
+        return probs
 
     def check_health(self) -> None:
         self.log.append(("probe", threading.current_thread().name))
         if self.broken:
             raise DeviceLost("the device is gone")
-
-    def calls(self) -> int:
-        return sum(what == "call" for what, _ in self.log)
 
 
 def job() -> DetectionJob:
@@ -68,7 +53,7 @@ def test_the_probe_runs_on_the_engine_thread_and_never_beside_an_engine_call():
 
     async def scenario() -> None:
         request = asyncio.create_task(serving.detect(job()))
-        await until(lambda: engine.calls() == 1, "the engine call starts")
+        await until(lambda: len(engine.calls) == 1, "the engine call starts")
         # The call at work is the check: no probe beside it, and no wait for the call (the
         # limit only guards against a hang).
         await asyncio.wait_for(serving.check_health(), HANG_S)
@@ -96,7 +81,7 @@ def test_after_a_failed_call_the_probe_runs_behind_the_calls_before_it_and_its_e
         engine.broken = False
         engine.release.clear()
         request = asyncio.create_task(serving.detect(job()))
-        await until(lambda: engine.calls() == 2, "the second engine call starts")
+        await until(lambda: len(engine.calls) == 2, "the second engine call starts")
         # The engine is busy, but the last call to finish failed: the probe must run, and it
         # waits behind the call at work (one engine thread), so it cannot have run yet.
         check = asyncio.create_task(serving.check_health())
