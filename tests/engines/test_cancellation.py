@@ -124,8 +124,8 @@ def test_a_request_cancelled_mid_call_stops_the_engine_and_counts_only_what_ran(
     engine.model.base_model.register_forward_pre_hook(lambda *_: passes.append(1))
 
     def call(cancel_at: int | None):
-        large = serving._works(items(vocab, groups=8, seed=1))
-        small = serving._works(items(vocab, groups=1, seed=2)[:3])
+        large = serving.cut_into_chunks(items(vocab, groups=8, seed=1))
+        small = serving.cut_into_chunks(items(vocab, groups=1, seed=2)[:3])
         assert len(large) == 1 and len(small) == 1
         passes.clear()
 

@@ -457,10 +457,10 @@ def test_a_request_whose_contexts_are_cached_is_cut_into_fewer_chunks(dialogpt):
     first = [prompt(c + ids(5)) for c in contexts]
     later = [prompt(c + ids(6)) for c in contexts]
     serving = NLLServing(on, max_batch_tokens=4096, chunk_tokens=100)
-    cold = serving._works(later)
+    cold = serving.cut_into_chunks(later)
     assert [len(w.encoded) for w in cold] == [1] * 6  # 66 positions each: two do not fit 100
     on.score_encoded(first)
-    warm = serving._works(later)
+    warm = serving.cut_into_chunks(later)
     assert [len(w.encoded) for w in warm] == [6]
     assert warm[0].positions == sum(e.cost - (len(c) - 1) for e, c in zip(later, contexts))
     assert warm[0].tokens == sum(e.cost for e in later)  # the ledger still counts every token

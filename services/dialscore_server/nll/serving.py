@@ -231,12 +231,13 @@ class NLLServing:
                 encoded.append(self.engine.encode(item))
             except InputError as exc:
                 raise exc.within(f"items[{i}]") from None
-        return self._works(encoded)
+        return self.cut_into_chunks(encoded)
 
-    def _works(self, encoded: Sequence[EncodedItem], chunk_tokens: int | None = None
-               ) -> list[Work]:
-        """`encoded` as the chunks of one request (see :func:`chunk_items`), of about
-        `chunk_tokens` positions each (default: :attr:`chunk_tokens`)."""
+    def cut_into_chunks(self, encoded: Sequence[EncodedItem], chunk_tokens: int | None = None
+                        ) -> list[Work]:
+        """`encoded` (one request's items, in order) as that request's chunks (see
+        :func:`chunk_items`), of about `chunk_tokens` computed positions each (default:
+        :attr:`chunk_tokens`), counted against the context cache as it is now."""
         return [Work(run, tokens=max(1, sum(e.cost for e in run)),
                      positions=max(1, min(computed, self.max_batch_tokens)))
                 for run, computed in chunk_items(encoded, chunk_tokens or self.chunk_tokens,
@@ -246,7 +247,7 @@ class NLLServing:
         """One request's chunks `works` cut again into chunks of at most `positions` computed
         positions (whole items, in order; an item computing more is a chunk of its own): how a
         bulk request meets a ``bulk_max_batch`` smaller than :attr:`chunk_tokens`."""
-        return self._works([e for w in works for e in w.encoded], positions)
+        return self.cut_into_chunks([e for w in works for e in w.encoded], positions)
 
     def run(self, works: Sequence[Work], guard: CallGuard
              ) -> tuple[list[list[NLLResult] | None], BatchStats]:
@@ -291,7 +292,7 @@ class NLLServing:
 
         def admit() -> list[Work]:
             encoded.extend(call.encode(self.engine))
-            return self._works([e for e in encoded if e.target_ids])
+            return self.cut_into_chunks([e for e in encoded if e.target_ids])
 
         reply = await self.chunks.serve(admit, lane)
         if reply.error is not None:
