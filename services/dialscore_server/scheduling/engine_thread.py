@@ -52,7 +52,13 @@ class EngineThread(Generic[A, R]):
         """``fn(*args)`` on the engine thread, after every call submitted before it."""
         with self._lock:
             self._in_flight += 1
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self._tracked, fn, args)
+        try:
+            done = asyncio.get_running_loop().run_in_executor(self._pool, self._tracked, fn, args)
+        except BaseException:  # never reached the thread (the pool was shut down)
+            with self._lock:
+                self._in_flight -= 1
+            raise
+        return await done
 
     def _tracked(self, fn: Callable[..., T], args: tuple[object, ...]) -> T:
         failed: BaseException | None = None
