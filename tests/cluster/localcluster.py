@@ -139,7 +139,8 @@ class LocalCluster:
         return self.call(_replicas, app)
 
     def kill_actor(self, actor_name: str) -> None:
-        """``ray.kill`` a named actor of namespace "serve" (a replica), without restart."""
+        """``ray.kill`` a named actor of namespace "serve" (a replica), without restart; returns
+        once its process is gone."""
         self.call(_kill_actor, actor_name)
 
     def metrics(self) -> dict[str, str]:
@@ -378,9 +379,27 @@ def _replicas(app: str) -> dict[str, list[dict[str, Any]]]:
 
 
 def _kill_actor(actor_name: str) -> None:
+    """``ray.kill`` returns before the actor's process is gone; this returns after, so that
+    nothing the actor holds can still be answered once the caller goes on (all nodes of a
+    LocalCluster are on this machine)."""
+    import psutil
+    from ray.serve.context import _get_global_client
+
     import ray
 
+    details = _get_global_client().get_serve_details()
+    pids = [r["pid"] for application in details.get("applications", {}).values()
+            for dep in application["deployments"].values() for r in dep.get("replicas", [])
+            if r.get("actor_name") == actor_name and r.get("pid")]
+    processes = []
+    for pid in pids:
+        try:
+            processes.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
     ray.kill(ray.get_actor(actor_name, namespace="serve"), no_restart=True)
+    _, alive = psutil.wait_procs(processes, timeout=60)
+    assert not alive, f"{actor_name}'s process outlived ray.kill by 60 s"
 
 
 def _scrape() -> dict[str, str]:
