@@ -16,7 +16,7 @@ from dialscore_server.contract.options import ServingOptions
 from dialscore_server.nll.completions.serving import CompletionCall
 from dialscore_server.nll.engine.encoding import NLLItem
 from dialscore_server.scheduling.context_affinity import (
-    HEAD_CHARS, HEAD_TOKEN_IDS, MAX_OWNER_QUEUE, ContextAffinityRouter, affinity_key,
+    HEAD_CHARS, HEAD_TOKEN_IDS, MAX_OWNER_QUEUE, ContextAffinityRouter, HeldRequests, affinity_key,
     context_head, owner_of, owner_is_busy)
 
 #: A session's opening turns, longer together than HEAD_CHARS.
@@ -176,15 +176,22 @@ DEPLOYMENT = Deployment("nll-test", "test")
 
 
 def route(replicas: list[StandInReplica], args: list, max_owner_queue: int = 2,
-          cached: dict[str, int] | None = None) -> tuple[list[list[str]], PendingRequest]:
-    """The ranks (unique ids) the router gives a request with `args`, with queue lengths
-    `cached` in its cache."""
+          cached: dict[str, int] | None = None, held: dict[str, int] | None = None,
+          ) -> tuple[list[list[str]], PendingRequest]:
+    """The ranks (unique ids) the router gives a request with `args`, once it sent `held`
+    requests to the replicas that are still running there (Serve's hooks, which also count
+    them in the cache), and a probe then answered the lengths `cached` (into its cache)."""
     async def run():
         router = ContextAffinityRouter(deployment_id=DEPLOYMENT, handle_source=SimpleNamespace(value="test"),
                                        use_replica_queue_len_cache=True)
         router.initialize_state(max_owner_queue=max_owner_queue)
         router.queue_len_response_deadline_s = 0.05
         for r in replicas:
+            for n in range((held or {}).get(r.replica_id.unique_id, 0)):
+                router.on_send_request(r.replica_id)
+                sent = PendingRequest(args=args, kwargs={},
+                                      metadata=SimpleNamespace(internal_request_id=f"{r.replica_id.unique_id}{n}"))
+                router.on_request_routed(sent, r.replica_id, None)
             if cached and r.replica_id.unique_id in cached:
                 router.on_new_queue_len_info(r.replica_id, cached[r.replica_id.unique_id])
         pending = PendingRequest(args=args, kwargs={}, metadata=None)
@@ -209,6 +216,42 @@ def test_the_owner_first_then_two_others():
 def test_a_busy_owner_comes_after_the_others():
     ranks, _ = route([StandInReplica(i) for i in IDS], ARGS, cached={OWNER: 3})
     assert set(ranks[0]) == OTHERS and ranks[1:] == [[OWNER]]
+
+
+def test_a_stale_probe_answer_does_not_hide_the_requests_this_router_sent():
+    # A probe sent before the owner took 3 requests answers 0 after they were sent.
+    ranks, _ = route([StandInReplica(i) for i in IDS], ARGS, held={OWNER: 3}, cached={OWNER: 0})
+    assert set(ranks[0]) == OTHERS and ranks[1:] == [[OWNER]]
+    ranks, _ = route([StandInReplica(i) for i in IDS], ARGS, held={OWNER: 2}, cached={OWNER: 0})
+    assert ranks[0] == [OWNER]  # not beyond the bound
+
+
+def test_held_requests_count_until_they_finish_in_either_order():
+    held = HeldRequests()
+    a, b = ReplicaID("a", DEPLOYMENT), ReplicaID("b", DEPLOYMENT)
+    held.routed(a, "1")
+    held.routed(a, "2")
+    held.routed(b, "3")
+    assert (held.count(a), held.count(b)) == (2, 1)
+    held.completed(a, "1")
+    assert (held.count(a), held.count(b)) == (1, 1)
+    held.completed(b, "4")  # finished before Serve reported it routed
+    held.routed(b, "4")
+    assert held.count(b) == 1
+    held.completed(a, "2")
+    held.completed(b, "3")
+    assert (held.count(a), held.count(b)) == (0, 0)
+
+
+def test_early_finishes_are_remembered_within_a_bound():
+    held = HeldRequests()
+    a = ReplicaID("a", DEPLOYMENT)
+    for n in range(HeldRequests.EARLY + 10):  # rejected requests: finished, never routed
+        held.completed(a, f"r{n}")
+    assert len(held._early) == HeldRequests.EARLY
+    held.routed(a, "r0")  # forgotten: counted, as a request finishing that late is rare
+    held.routed(a, f"r{HeldRequests.EARLY + 9}")  # remembered: not counted
+    assert held.count(a) == 1
 
 
 def test_an_unknown_queue_is_probed_and_a_silent_owner_is_busy():

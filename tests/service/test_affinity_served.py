@@ -9,8 +9,10 @@ engine whose every NLL is the process id of the replica that computed it
 * From this process's own handle: with the gate closed, the owner of a context holds every
   request sent to it; once it holds more than the bound, the next request of that context goes to
   the other replica. Each request is assigned before the next is sent, so the counts, not the
-  machine's speed, decide where each goes; and every router waits for a replica's queue length
-  as long as a hang guard (tests/conftest.py), so a slow answer does not pass a replica over.
+  machine's speed, decide where each goes: the router counts the requests it has running at a
+  replica (a queue-length probe sent as the handle started and answered late cannot lower that
+  count), and every router waits for a replica's queue length as long as a hang guard
+  (tests/conftest.py), so a slow answer does not pass a replica over.
 """
 
 from __future__ import annotations

@@ -18,8 +18,11 @@ For each request:
    (highest-random-weight) hashing: adding or removing a replica moves only the keys it gains or
    held, and a dead replica's keys spread over the others (it loses only its cache).
 3. :func:`owner_is_busy` falls back to the least-loaded of two other replicas when the owner's
-   queue (its ongoing requests as this handle's router knows them) exceeds ``max_owner_queue``,
-   or its length cannot be had; the owner then takes the request only if both are full.
+   queue exceeds ``max_owner_queue``, or its length cannot be had; the owner then takes the
+   request only if both are full. The owner's queue is what this handle's router knows of it:
+   Serve's queue-length cache, and at least the requests this router has sent there that are
+   still running (:class:`HeldRequests`), because a probe answered before some of them arrived
+   can overwrite the cache with a lower count.
 
 The pure parts (key, owner, fallback) are plain functions, tested without Ray.
 """
@@ -29,12 +32,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ray.exceptions import RayError
 from ray.serve.config import RequestRouterConfig
-from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
+from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from dialscore_server import compat
 from dialscore_server.nll.completions.serving import CompletionCall
@@ -113,6 +117,48 @@ def owner_is_busy(queue_len: int | None, max_owner_queue: int) -> bool:
     return queue_len is None or queue_len > max_owner_queue
 
 
+class HeldRequests:
+    """The requests one router sent that a replica accepted and has not finished, by replica:
+    a lower bound of each replica's queue that no stale probe answer can lower.
+
+    Serve tells the router of each request twice (``RequestRouter`` hooks), on its event loop:
+    :meth:`routed` when the replica accepted it, :meth:`completed` when it finished, failed or was
+    rejected. The two come from different threads, so a request may finish before it is seen
+    routed: the last :data:`EARLY` such finishes are remembered and cancel their own routing.
+    """
+
+    #: Finishes remembered before their request is seen routed (a rejected request finishes
+    #: without being routed, so this is bounded; a finish this late in a run this long is lost).
+    EARLY = 1024
+
+    def __init__(self) -> None:
+        self._held: dict[ReplicaID, set[str]] = {}
+        self._early: OrderedDict[str, None] = OrderedDict()
+
+    def routed(self, replica_id: ReplicaID, request_id: str) -> None:
+        """`replica_id` accepted the request `request_id`."""
+        if request_id in self._early:
+            del self._early[request_id]  # it finished already
+            return
+        self._held.setdefault(replica_id, set()).add(request_id)
+
+    def completed(self, replica_id: ReplicaID, request_id: str) -> None:
+        """The request `request_id` sent to `replica_id` finished (or was rejected)."""
+        held = self._held.get(replica_id)
+        if held is not None and request_id in held:
+            held.discard(request_id)
+            if not held:
+                del self._held[replica_id]
+            return
+        self._early[request_id] = None
+        if len(self._early) > self.EARLY:
+            self._early.popitem(last=False)
+
+    def count(self, replica_id: ReplicaID) -> int:
+        """The requests `replica_id` holds of this router's."""
+        return len(self._held.get(replica_id, ()))
+
+
 class ContextAffinityRouter(RequestRouter):
     """Routes each request to the owner of its context's key, unless the owner is busy (see the
     module's docstring); requests without a key go to the less loaded of two random replicas.
@@ -123,6 +169,10 @@ class ContextAffinityRouter(RequestRouter):
     locality and multiplex mixins: an owner on another node is still the owner."""
 
     max_owner_queue: int = MAX_OWNER_QUEUE
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.held = HeldRequests()
 
     def initialize_state(self, max_owner_queue: int = MAX_OWNER_QUEUE) -> None:
         """Serve calls this with the deployment's ``request_router_kwargs``; a bound below 0 is
@@ -155,21 +205,34 @@ class ContextAffinityRouter(RequestRouter):
             return [others, [owner]]
         return [[owner], others]
 
+    def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
+                          result: Any) -> None:
+        """Serve's hook: `replica_id` accepted `pending_request`; it counts as held there."""
+        super().on_request_routed(pending_request, replica_id, result)
+        self.held.routed(replica_id, pending_request.metadata.internal_request_id)
+
+    def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
+        """Serve's hook: the request finished, failed or was rejected; it is no longer held."""
+        super().on_request_completed(replica_id, internal_request_id)
+        self.held.completed(replica_id, internal_request_id)
+
     async def queue_len(self, replica: RunningReplica) -> int | None:
         """The requests `replica` holds as this router knows them: its queue-length cache (kept
-        by Serve: one more on each request sent, one less on each finished, refreshed by probes),
-        else a probe of the replica (public ``RunningReplica.get_queue_len``) whose answer goes
-        into the cache; None when the replica does not answer within Serve's probe deadline."""
-        cached = compat.cached_queue_len(self, replica.replica_id)
-        if cached is not None:
-            return cached
-        deadline = self.queue_len_response_deadline_s
-        try:
-            queue_len = await asyncio.wait_for(replica.get_queue_len(deadline_s=deadline), deadline)
-        except (TimeoutError, RayError):
-            return None
-        self.on_new_queue_len_info(replica.replica_id, queue_len)
-        return queue_len
+        by Serve: one more on each request sent, one less on each finished, set by the replica's
+        answers to probes and requests), else a probe of the replica (public
+        ``RunningReplica.get_queue_len``) whose answer goes into the cache; and never fewer than
+        this router's requests running there (:class:`HeldRequests`). None when the length is not
+        cached and the replica does not answer within Serve's probe deadline."""
+        known = compat.cached_queue_len(self, replica.replica_id)
+        if known is None:
+            deadline = self.queue_len_response_deadline_s
+            try:
+                known = await asyncio.wait_for(replica.get_queue_len(deadline_s=deadline),
+                                               deadline)
+            except (TimeoutError, RayError):
+                return None
+            self.on_new_queue_len_info(replica.replica_id, known)
+        return max(known, self.held.count(replica.replica_id))
 
 
 def router_config(max_owner_queue: int = MAX_OWNER_QUEUE) -> RequestRouterConfig:
