@@ -42,8 +42,13 @@ Kind = Literal["counter", "gauge", "histogram"]
 
 
 def _in_serve_replica() -> bool:
-    from ray import serve
-    from ray.serve.exceptions import RayServeException
+    """Whether this process is a Serve replica; False where Ray is not installed (the engines
+    and servings run without it)."""
+    try:
+        from ray import serve
+        from ray.serve.exceptions import RayServeException
+    except ImportError:
+        return False
 
     try:
         serve.get_replica_context()
