@@ -169,10 +169,11 @@ def via_http(url: str, name: str, items: Sequence[Any], seconds: float) -> float
     client = ctx.Process(target=http_client,
                          args=(url, name, [item_json(i) for i in items], seconds, rate))
     client.start()
-    client.join(CLIENT_LIMIT_S + 4 * seconds)
+    limit = CLIENT_LIMIT_S + 4 * seconds
+    client.join(limit)
     if client.is_alive():
         client.kill()
-        raise RuntimeError(f"the HTTP client did not finish within {CLIENT_LIMIT_S + 4 * seconds} s")
+        raise RuntimeError(f"the HTTP client did not finish within {limit} s")
     return rate.value
 
 

@@ -189,8 +189,9 @@ def route(replicas: list[StandInReplica], args: list, max_owner_queue: int = 2,
         for r in replicas:
             for n in range((held or {}).get(r.replica_id.unique_id, 0)):
                 router.on_send_request(r.replica_id)
+                request_id = f"{r.replica_id.unique_id}{n}"
                 sent = PendingRequest(args=args, kwargs={},
-                                      metadata=SimpleNamespace(internal_request_id=f"{r.replica_id.unique_id}{n}"))
+                                      metadata=SimpleNamespace(internal_request_id=request_id))
                 router.on_request_routed(sent, r.replica_id, None)
             if cached and r.replica_id.unique_id in cached:
                 router.on_new_queue_len_info(r.replica_id, cached[r.replica_id.unique_id])
@@ -238,6 +239,10 @@ def test_held_requests_count_until_they_finish_in_either_order():
     held.completed(b, "4")  # finished before Serve reported it routed
     held.routed(b, "4")
     assert held.count(b) == 1
+    held.completed(a, "5")  # rejected by a, then accepted by b under the same id
+    held.routed(b, "5")
+    assert (held.count(a), held.count(b)) == (1, 2)
+    held.completed(b, "5")
     held.completed(a, "2")
     held.completed(b, "3")
     assert (held.count(a), held.count(b)) == (0, 0)
@@ -251,7 +256,9 @@ def test_early_finishes_are_remembered_within_a_bound():
     assert len(held._early) == HeldRequests.EARLY
     held.routed(a, "r0")  # forgotten: counted, as a request finishing that late is rare
     held.routed(a, f"r{HeldRequests.EARLY + 9}")  # remembered: not counted
-    assert held.count(a) == 1
+    b = ReplicaID("b", DEPLOYMENT)
+    held.routed(b, f"r{HeldRequests.EARLY + 8}")  # remembered as finished at a, not at b
+    assert held.count(a) == 1 and held.count(b) == 1
 
 
 def test_an_unknown_queue_is_probed_and_a_silent_owner_is_busy():

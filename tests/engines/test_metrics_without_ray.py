@@ -18,4 +18,5 @@ def test_a_process_without_ray_records_to_its_registry_only(monkeypatch):
     metric.labels("m").inc(2)
     assert not metric._ray_failed  # not an error: a process outside Serve
     assert metric._ray_checked and metric._ray_metric() is None  # looked for once
-    assert metrics.REGISTRY.get_sample_value("dialscore_test_without_ray_total", {"model": "m"}) == 3
+    recorded = metrics.REGISTRY.get_sample_value("dialscore_test_without_ray_total", {"model": "m"})
+    assert recorded == 3

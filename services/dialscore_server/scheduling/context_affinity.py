@@ -122,35 +122,38 @@ class HeldRequests:
     a lower bound of each replica's queue that no stale probe answer can lower.
 
     Serve tells the router of each request twice (``RequestRouter`` hooks), on its event loop:
-    :meth:`routed` when the replica accepted it, :meth:`completed` when it finished, failed or was
-    rejected. The two come from different threads, so a request may finish before it is seen
-    routed: the last :data:`EARLY` such finishes are remembered and cancel their own routing.
+    :meth:`routed` when a replica accepted it, :meth:`completed` when it finished, failed or was
+    rejected there (a rejected request is then sent to another replica, under the same id). The
+    two come from different threads, so a request may finish at a replica before it is seen
+    routed there: the last :data:`EARLY` such finishes are remembered, by replica and request,
+    and cancel that routing.
     """
 
-    #: Finishes remembered before their request is seen routed (a rejected request finishes
-    #: without being routed, so this is bounded; a finish this late in a run this long is lost).
+    #: Finishes remembered before their request is seen routed to the same replica (a rejected
+    #: request finishes without being routed there, so this is bounded; a finish this late in a
+    #: run this long is lost).
     EARLY = 1024
 
     def __init__(self) -> None:
         self._held: dict[ReplicaID, set[str]] = {}
-        self._early: OrderedDict[str, None] = OrderedDict()
+        self._early: OrderedDict[tuple[ReplicaID, str], None] = OrderedDict()
 
     def routed(self, replica_id: ReplicaID, request_id: str) -> None:
         """`replica_id` accepted the request `request_id`."""
-        if request_id in self._early:
-            del self._early[request_id]  # it finished already
+        if (replica_id, request_id) in self._early:
+            del self._early[replica_id, request_id]  # it finished there already
             return
         self._held.setdefault(replica_id, set()).add(request_id)
 
     def completed(self, replica_id: ReplicaID, request_id: str) -> None:
-        """The request `request_id` sent to `replica_id` finished (or was rejected)."""
+        """The request `request_id` sent to `replica_id` finished there (or was rejected)."""
         held = self._held.get(replica_id)
         if held is not None and request_id in held:
             held.discard(request_id)
             if not held:
                 del self._held[replica_id]
             return
-        self._early[request_id] = None
+        self._early[replica_id, request_id] = None
         if len(self._early) > self.EARLY:
             self._early.popitem(last=False)
 
