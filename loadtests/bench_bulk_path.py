@@ -55,12 +55,13 @@ CLIENT_LIMIT_S = 300.0
 def serving_options(device: str, bulk_max_batch: int | None) -> dict[str, Any]:
     """A deployment's serving options: one replica of 2 torch threads (``cuda``: 0.4 of the
     GPU), lanes on, bulk calls of at most `bulk_max_batch` positions on every call (None: no
-    bound)."""
+    bound), and no context cache: the workload repeats its items, and every layer must compute
+    the same positions (the in-process engine has none either)."""
     bound = ({"bulk_max_batch": bulk_max_batch, "bulk_max_batch_hold_s": None}
              if bulk_max_batch else {})
     return {"num_cpus": 1, "num_gpus": 0.4 if device == "cuda" else 0, "num_threads": 2,
             "max_ongoing_requests": 128, "max_queued_requests": 512, "priority_lanes": True,
-            **bound}
+            "context_cache_bytes": 0, **bound}
 
 
 def requests_of(items: Sequence[Any], k: int) -> list[Any]:
@@ -90,7 +91,8 @@ async def drive(score: Any, items: Sequence[Any], seconds: float) -> float:
     async def worker(k: int) -> None:
         nonlocal done
         while True:
-            done += await score(requests_of(items, k))
+            answered = await score(requests_of(items, k))
+            done += answered  # not `done += await ...`: that reads `done` before awaiting
             k += CONCURRENCY
             if time.perf_counter() >= stop:
                 return
