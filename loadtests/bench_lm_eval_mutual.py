@@ -18,11 +18,12 @@ each, used one after the other: never both at work).
 and its two replicas, cache on first in odd rounds and cache off first in even ones; the fastest
 round of each method is reported. The replicas report their metrics at Ray's default interval
 (10 s, :data:`REPORT_INTERVAL_MS`), as a user's replicas do. Prints wall time
-(``simple_evaluate`` from call to return), the ratios, accuracy, the largest per-option log-likelihood difference from `hf` (absolute, and how
-many options differ by more than 1e-4), the replicas' context cache counters and engine busy time;
-writes them as JSON to `--out`. Exit status 1 when an accuracy differs from `hf`'s or an option's
-log-likelihood by more than 1e-6 relative (`hf` sums per-token log-probabilities in float32, whose
-spacing near -1000 is 6e-5). Traffic goes to 127.0.0.1 only.
+(``simple_evaluate`` from call to return), the ratios, accuracy, the largest per-option
+log-likelihood difference from `hf` (absolute, and how many options differ by more than 1e-4),
+the replicas' context cache counters and engine busy time; writes them as JSON to `--out`.
+Exit status 1 when an accuracy differs from `hf`'s or an option's log-likelihood by more than
+1e-6 relative (`hf` sums per-token log-probabilities in float32, whose spacing near -1000 is
+6e-5). Traffic goes to 127.0.0.1 only.
 """
 
 from __future__ import annotations
