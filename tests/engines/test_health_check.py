@@ -1,8 +1,10 @@
 """The replica's health check (Serve's ``check_health``) against its engine thread, without Ray:
 the engine's probe (its tiny real forward pass) runs on the engine thread, never beside an engine
 call, and not at all while a call that is at work shows the engine alive; after a failed call the
-probe runs, behind the calls before it, and its error fails the check. The engine is a gated fake
-the test releases: nothing here depends on how fast the machine is."""
+probe runs, behind the calls before it, and its error fails the check; a call at work for longer
+than the serving's `stall_s` fails it too. The engine is a gated fake the test releases, and the
+stall bound is timed by a clock the test advances: nothing here depends on how fast the machine
+is."""
 
 from __future__ import annotations
 
@@ -12,7 +14,10 @@ import threading
 import pytest
 
 from dialscore_server.contradiction.engine.pairing import DetectionJob, Turn
+from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contradiction.serving import ContradictionServing
+from dialscore_server.scheduling.engine_thread import EngineThread
+from dialscore_server.scheduling.serving import EngineStalled
 from merging_runner import HANG_S, until
 from test_fair_chunks import GatedDetector
 
@@ -107,3 +112,101 @@ def test_the_deployment_checks_health_through_its_serving_on_the_engine_thread()
     asyncio.run(deployment.check_health())
     assert [what for what, _ in engine.log] == ["probe"]
     assert engine.log[0][1].startswith("dialscore-engine")
+
+
+class Clock:
+    """A monotonic clock the test advances (:attr:`now`, seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_engine_call_at_work_beyond_stall_s_fails_the_check_and_a_finished_one_clears_it():
+    engine = ProbedDetector(gated=True)
+    clock = Clock()
+    serving = ContradictionServing(engine, max_batch_pairs=64, stall_s=600, clock=clock)
+
+    async def scenario() -> None:
+        request = asyncio.create_task(serving.detect(job()))
+        await until(lambda: len(engine.calls) == 1, "the engine call starts")
+        clock.now += 600  # at the bound, not beyond it: the call at work is still the check
+        await asyncio.wait_for(serving.check_health(), HANG_S)
+        clock.now += 1
+        with pytest.raises(EngineStalled, match="601 s, beyond engine_stall_s \\(600 s\\)"):
+            await asyncio.wait_for(serving.check_health(), HANG_S)
+        assert [what for what, _ in engine.log] == ["call"]  # no probe queued behind the hang
+        engine.release.set()
+        assert (await request).error is None
+        clock.now += 10_000  # idle for long after: the probe is the check again, and passes
+        await serving.check_health()
+
+    asyncio.run(scenario())
+    assert [what for what, _ in engine.log] == ["call", "probe"]
+
+
+def test_without_stall_s_a_call_at_work_always_passes_the_check():
+    engine = ProbedDetector(gated=True)
+    clock = Clock()
+    serving = ContradictionServing(engine, max_batch_pairs=64, stall_s=None, clock=clock)
+
+    async def scenario() -> None:
+        request = asyncio.create_task(serving.detect(job()))
+        await until(lambda: len(engine.calls) == 1, "the engine call starts")
+        clock.now += 10**9
+        await asyncio.wait_for(serving.check_health(), HANG_S)
+        engine.release.set()
+        assert (await request).error is None
+
+    asyncio.run(scenario())
+    assert [what for what, _ in engine.log] == ["call"]
+
+
+def test_at_work_counts_the_running_call_only():
+    """A call waiting for the thread behind the one at work is not timed; each call is timed from
+    when it begins on the thread."""
+    clock = Clock()
+    gates = [threading.Event(), threading.Event()]
+    began: list[int] = []
+
+    def run(batch):
+        began.append(batch[0])
+        assert gates[batch[0]].wait(60), "the test never released the call"
+        return batch
+
+    thread: EngineThread[int, list[int]] = EngineThread(run, clock)
+
+    async def scenario() -> None:
+        assert thread.at_work_s is None
+        first = asyncio.create_task(thread.call([0]))
+        await until(lambda: began == [0], "the first call begins")
+        second = asyncio.create_task(thread.call([1]))
+        clock.now += 30
+        assert thread.at_work_s == 30 and thread.busy
+        gates[0].set()
+        await first
+        await until(lambda: began == [0, 1], "the second call begins")
+        clock.now += 5
+        assert thread.at_work_s == 5
+        gates[1].set()
+        await second
+        assert thread.at_work_s is None and not thread.busy
+
+    asyncio.run(scenario())
+
+
+def test_the_replica_servings_take_engine_stall_s_from_their_options():
+    from dialscore_server.nll.serving import NLLServing
+    from fake_api import FakeNLLEngine
+
+    assert ServingOptions().engine_stall_s == 600
+    detector = ProbedDetector()
+    for stall in (5.0, None):
+        options = ServingOptions(engine_stall_s=stall)
+        classifier = ContradictionServing.from_options(detector, options, "fake-nli")
+        nll = NLLServing.from_options(FakeNLLEngine(detector.card()), options, "fake-nll")
+        assert classifier.chunks.stall_s == nll.chunks.stall_s == stall
+    with pytest.raises(ValueError, match="engine_stall_s"):
+        ServingOptions(engine_stall_s=0)

@@ -122,6 +122,14 @@ class ServingOptions(BaseModel):
         "queued, as the caller's router counts them) a context's owner may hold and still be "
         "given another of that context; beyond it the request goes to a less loaded replica and "
         "computes its context afresh.")
+    engine_stall_s: float | None = Field(
+        600.0, gt=0, description="An engine call at work for longer than this many seconds "
+        "fails the replica's health check, so that Serve replaces a replica whose engine hangs "
+        "(a lost device, a deadlock) instead of reading it as healthy while every request to it "
+        "times out. A full engine call of 16,384 positions at DialoGPT-medium's width takes about "
+        "a minute on 2 CPU cores, so the default leaves a tenfold margin; lower it on GPUs to "
+        "replace a hung replica sooner. null: never (an engine call at work always "
+        "passes the check).")
 
     def lane_policy(self, chunk: int) -> LanePolicy:
         """The priority-lane policy of this model's replicas, where `chunk` is the size of its

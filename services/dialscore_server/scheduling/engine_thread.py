@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
@@ -20,15 +21,19 @@ class EngineThread(Generic[A, R]):
     One thread keeps one OpenMP thread team for PyTorch's CPU kernels (each OS thread that calls
     into them starts a team of its own) and the thread's own settings (``torch.set_num_threads``
     is per thread), and it is what keeps the engine's state (the NLL engine's context cache)
-    touched by one thread only. :attr:`busy` and :attr:`failed` say what the thread is doing and
-    how its last finished call ended, for the health check
-    (:meth:`~dialscore_server.scheduling.serving.ChunkedServing.check_health`)."""
+    touched by one thread only. :attr:`busy`, :attr:`at_work_s` and :attr:`failed` say what the
+    thread is doing, for how long, and how its last finished call ended, for the health check
+    (:meth:`~dialscore_server.scheduling.serving.ChunkedServing.check_health`). `clock` times
+    the call at work (seconds, monotonic; tests pass one they advance)."""
 
-    def __init__(self, run: Callable[[Sequence[A]], R]) -> None:
+    def __init__(self, run: Callable[[Sequence[A]], R],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._run = run
+        self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dialscore-engine")
         self._lock = threading.Lock()
         self._in_flight = 0
+        self._started: float | None = None
         self._failed: BaseException | None = None
 
     @property
@@ -37,6 +42,14 @@ class EngineThread(Generic[A, R]):
         call returns on the thread, even when its awaiter was cancelled)."""
         with self._lock:
             return self._in_flight > 0
+
+    @property
+    def at_work_s(self) -> float | None:
+        """Seconds since the call now running on the thread began (by `clock`); None when no
+        call is running (calls waiting for the thread do not count)."""
+        with self._lock:
+            started = self._started
+        return None if started is None else self._clock() - started
 
     @property
     def failed(self) -> BaseException | None:
@@ -62,6 +75,8 @@ class EngineThread(Generic[A, R]):
 
     def _tracked(self, fn: Callable[..., T], args: tuple[object, ...]) -> T:
         failed: BaseException | None = None
+        with self._lock:
+            self._started = self._clock()
         try:
             return fn(*args)
         except BaseException as exc:
@@ -70,4 +85,5 @@ class EngineThread(Generic[A, R]):
         finally:
             with self._lock:
                 self._in_flight -= 1
+                self._started = None
                 self._failed = failed

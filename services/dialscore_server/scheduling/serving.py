@@ -90,6 +90,11 @@ Run = Callable[[Sequence[C], CallGuard], "tuple[list[V | None], BatchReport | No
 Rechunk = Callable[[list[C], int], list[C]]
 
 
+class EngineStalled(RuntimeError):
+    """The health check's verdict on an engine call at work for longer than the serving's
+    `stall_s`: the replica is taken for hung, and Serve replaces it."""
+
+
 class ChunkedServing(Generic[C, V]):
     """Serves requests of one model replica in chunks that take turns on its engine (see the
     package docstring).
@@ -107,31 +112,46 @@ class ChunkedServing(Generic[C, V]):
             ``bulk_max_batch`` is cut to that size at admission, so a bulk engine call (and so an
             interactive request's wait for the one running) stays within the bound; without
             it, a chunk larger than the bound is a bulk call of its own.
+        stall_s: an engine call at work for longer than this many seconds fails the health check
+            (:class:`EngineStalled`); None: an engine call at work always passes it.
+        clock: what times the engine call at work (monotonic seconds; tests pass one they
+            advance).
 
     Metrics are recorded here, where they are measured: each engine call's batch figures
     (``dialscore_batch_*``, padding, reused tokens) and the work ledger's."""
 
     def __init__(self, run: Run[C, V], *, model: str, unit: str,
                  runner: RunnerFactory = one_at_a_time, lanes: LanePolicy = LanePolicy(),
-                 rechunk: Rechunk[C] | None = None):
+                 rechunk: Rechunk[C] | None = None, stall_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self._run = run
+        self.stall_s = stall_s
         self.model = model
         self.lanes = lanes
         self._rechunk = rechunk
         self.ledger = WorkLedger(model, unit)
         self.arrivals = Arrivals()
-        self._engine_thread: EngineThread[C, list[Outcome[V]]] = EngineThread(self.call)
+        self._engine_thread: EngineThread[C, list[Outcome[V]]] = EngineThread(
+            self.call, clock)
         self._runner = runner(self._engine_thread.call, policy=lanes, model=model, unit=unit)
 
     async def check_health(self, probe: Callable[[], None]) -> None:
         """Serve's health check of the replica's engine. While an engine call runs or waits for
         the engine thread, and the last call to finish returned, the engine is at work and that
-        is the check: `probe` does not run. Otherwise `probe` (the engine's tiny real forward
-        pass) runs on the engine thread (:class:`~dialscore_server.scheduling.engine_thread.EngineThread`),
-        never beside an engine call, and what it raises fails the check; after a failed call it
-        waits behind the calls submitted before it."""
+        is the check: `probe` does not run, and the check passes unless the call now running
+        began more than `stall_s` seconds ago, which raises :class:`EngineStalled` (a hung
+        device or a deadlock: without this, a call that never returns would read as healthy
+        forever). Otherwise `probe` (the engine's tiny real forward pass) runs on the engine
+        thread (:class:`~dialscore_server.scheduling.engine_thread.EngineThread`), never beside
+        an engine call, and what it raises fails the check; after a failed call it waits behind
+        the calls submitted before it."""
         thread = self._engine_thread
         if thread.busy and thread.failed is None:
+            at_work = thread.at_work_s
+            if self.stall_s is not None and at_work is not None and at_work > self.stall_s:
+                raise EngineStalled(
+                    f"{self.model}: an engine call has been at work for {at_work:.0f} s, beyond "
+                    f"engine_stall_s ({self.stall_s:g} s)")
             return
         await thread.submit(probe)
 
