@@ -278,3 +278,21 @@ def test_entry_ray_start_timed_out():
     assert not compat.ray_start_timed_out(RuntimeError(compat.RAY_START_TIMEOUT_MESSAGE))
     assert not compat.ray_start_timed_out(ValueError("num_cpus must be positive"))
 
+
+
+def test_entry_serve_replicas():
+    from ray.serve.schema import ReplicaDetails, ServeInstanceDetails
+
+    try:
+        from ray.serve._private.client import ServeControllerClient
+        from ray.serve.context import _get_global_client  # noqa: F401
+    except ImportError as error:
+        broken("serve_replicas", f"Serve's controller client moved: {error}")
+    if not callable(getattr(ServeControllerClient, "get_serve_details", None)):
+        broken("serve_replicas", "Serve's controller client has no get_serve_details()")
+    # The document it returns is the REST API's ServeInstanceDetails: the fields read here.
+    if "applications" not in ServeInstanceDetails.model_fields:
+        broken("serve_replicas", "ServeInstanceDetails has no applications")
+    missing = {"replica_id", "state", "node_id", "actor_name", "pid"} - set(ReplicaDetails.model_fields)
+    if missing:
+        broken("serve_replicas", f"Serve's ReplicaDetails lost {sorted(missing)}")

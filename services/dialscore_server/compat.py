@@ -19,6 +19,12 @@ prefix_cache_layer        transformers  subclassing ``cache_utils.DynamicLayer``
                                         ``device`` and its ``update`` contract
 session_logs_dir          Ray           ``ray._private.worker._global_node.get_logs_dir_path``
                                         (the test suite's log audit only)
+fake_head_node_id         Ray           ``ray.autoscaler._private.fake_multi_node``'s
+                                        ``FAKE_HEAD_NODE_ID`` (the test suite's local cluster
+                                        only)
+serve_replicas            Ray Serve     ``ray.serve.context._get_global_client`` and its
+                                        ``get_serve_details()`` (the test suite's local
+                                        cluster only)
 kill_gcs_server           Ray           ``ray._private.node.Node.kill_gcs_server`` and
                                         ``all_processes["gcs_server"]`` (the test suite's
                                         local cluster only)
@@ -45,7 +51,7 @@ from typing import Any
 ENTRIES = ("replica_accepted", "onednn_linear", "quantized_linear_prepack",
            "quantized_linear_dynamic", "prefix_cache_layer", "session_logs_dir",
            "fake_head_node_id", "kill_gcs_server", "start_gcs_server", "cached_queue_len",
-           "request_backoff", "ray_start_timed_out")
+           "request_backoff", "ray_start_timed_out", "serve_replicas")
 
 
 def replica_accepted(response: Any) -> Awaitable[Any] | None:
@@ -189,6 +195,28 @@ def fake_head_node_id() -> str:
     from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
 
     return str(FAKE_HEAD_NODE_ID)
+
+
+def serve_replicas() -> list[dict[str, Any]]:
+    """Every replica of every Serve application on the connected Ray, one dict each: its
+    ``app``, ``deployment``, ``replica_id``, ``state`` (``RUNNING``, ``STARTING``...),
+    ``node_id``, ``actor_name`` and ``pid`` (None where Serve does not know them yet).
+
+    Why: the test suite's local cluster (``tests/cluster/localcluster.py``) finds the replica to
+    kill, its node and its process. Serve publishes these details only through the dashboard's
+    REST API (``GET /api/serve/applications/``), and that cluster runs without a dashboard; the
+    public ``serve.status()`` counts replicas without naming them. Serve's controller client
+    (``_get_global_client().get_serve_details()``) returns the REST API's document. Without it,
+    the cluster tests cannot pick a replica (the service itself never needs it)."""
+    from ray.serve.context import _get_global_client
+
+    details = _get_global_client().get_serve_details()
+    return [{"app": app, "deployment": name, "replica_id": r["replica_id"],
+             "state": str(r["state"]).rsplit(".", 1)[-1], "node_id": r.get("node_id"),
+             "actor_name": r.get("actor_name"), "pid": r.get("pid")}
+            for app, application in details.get("applications", {}).items()
+            for name, deployment in application["deployments"].items()
+            for r in deployment.get("replicas", [])]
 
 
 def kill_gcs_server(head_node: Any) -> int:

@@ -366,16 +366,14 @@ def _delete_app(name: str) -> None:
 
 
 def _replicas(app: str) -> dict[str, list[dict[str, Any]]]:
-    from ray.serve.context import _get_global_client
+    from dialscore_server.compat import serve_replicas
 
-    details = _get_global_client().get_serve_details()
-    application = details.get("applications", {}).get(app)
-    if application is None:
-        return {}
-    return {name: [{"replica_id": r["replica_id"], "state": str(r["state"]).rsplit(".", 1)[-1],
-                    "node_id": r.get("node_id"), "actor_name": r.get("actor_name")}
-                   for r in dep.get("replicas", [])]
-            for name, dep in application["deployments"].items()}
+    by_deployment: dict[str, list[dict[str, Any]]] = {}
+    for replica in serve_replicas():
+        if replica["app"] == app:
+            by_deployment.setdefault(replica["deployment"], []).append(
+                {k: replica[k] for k in ("replica_id", "state", "node_id", "actor_name")})
+    return by_deployment
 
 
 def _kill_actor(actor_name: str) -> None:
@@ -383,20 +381,17 @@ def _kill_actor(actor_name: str) -> None:
     nothing the actor holds can still be answered once the caller goes on (all nodes of a
     LocalCluster are on this machine)."""
     import psutil
-    from ray.serve.context import _get_global_client
 
     import ray
+    from dialscore_server.compat import serve_replicas
 
-    details = _get_global_client().get_serve_details()
-    pids = [r["pid"] for application in details.get("applications", {}).values()
-            for dep in application["deployments"].values() for r in dep.get("replicas", [])
-            if r.get("actor_name") == actor_name and r.get("pid")]
     processes = []
-    for pid in pids:
-        try:
-            processes.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            pass
+    for replica in serve_replicas():
+        if replica["actor_name"] == actor_name and replica["pid"]:
+            try:
+                processes.append(psutil.Process(replica["pid"]))
+            except psutil.NoSuchProcess:
+                pass
     ray.kill(ray.get_actor(actor_name, namespace="serve"), no_restart=True)
     _, alive = psutil.wait_procs(processes, timeout=60)
     assert not alive, f"{actor_name}'s process outlived ray.kill by 60 s"
