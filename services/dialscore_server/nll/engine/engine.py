@@ -355,10 +355,10 @@ class NLLEngine:
         can cancel) every item is scored: no None."""
         import torch
 
-        # OpenMP's thread count is a per-thread setting: the served path calls this method from
-        # the replica's engine thread (fair_chunks.EngineThread), which otherwise inherits
-        # OMP_NUM_THREADS (Ray sets it to the replica's num_cpus, 1 for fractional CPUs) and would
-        # run MKL/oneDNN on one thread.
+        # OpenMP's thread count is a per-thread setting: a caller's thread (a replica's engine
+        # thread, scheduling.engine_thread.EngineThread) otherwise inherits OMP_NUM_THREADS (Ray
+        # sets it to the replica's num_cpus, 1 for fractional CPUs) and would run MKL/oneDNN on
+        # one thread.
         torch.set_num_threads(self.threads)
         stats = BatchStats(items=len(encoded))
         results: list[NLLResult | None] = [None] * len(encoded)
