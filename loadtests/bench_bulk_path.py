@@ -10,8 +10,9 @@ The workload is bench_lanes's probe run: the shipped CEDAR sample's attribution 
 scored, each layer for --seconds:
 
 1. *engine alone*: ``NLLEngine.score_encoded`` called back to back on 1, 8 and 64 items (no
-   scheduling at all), on the engine thread that built the engine and serves layer 2, as a
-   replica keeps all its PyTorch work on one thread (``EngineThread``);
+   scheduling at all), on the main thread, which built the engine. The later layers call it
+   from an engine thread, as a replica does: a second OpenMP team, which on CPU makes small
+   calls slower (docs/benchmarks/fairness.md#lanes);
 2. *in-process*: ``NLLServing`` as a replica builds it (``from_options``: the engine thread, the
    lane queue, merged calls), driven by 8 coroutines in this process, no Ray. Every engine call
    is timed on the engine thread: *engine busy* is their share of the time from the first call's
@@ -121,8 +122,8 @@ class TimedEngine:
         return out
 
 
-def in_process(engine: Any, thread: Any, items: Sequence[Any], options: dict[str, Any],
-               seconds: float) -> tuple[float, float, float]:
+def in_process(engine: Any, items: Sequence[Any], options: dict[str, Any], seconds: float
+               ) -> tuple[float, float, float]:
     """Items per second through an in-process ``NLLServing``, the engine's busy share of the
     engine calls' span (time inside ``score_encoded``), and the median gap between calls (ms)."""
     from dialscore_server.contract.options import ServingOptions
@@ -130,7 +131,7 @@ def in_process(engine: Any, thread: Any, items: Sequence[Any], options: dict[str
 
     calls: list[tuple[float, float]] = []
     serving = NLLServing.from_options(TimedEngine(engine, calls), ServingOptions(**options),
-                                      NLL_MODEL, thread)
+                                      NLL_MODEL)
 
     async def score(request: list[Any]) -> int:
         return len((await serving.score(request, lane="bulk")).unwrap().results)
@@ -207,25 +208,23 @@ def measure(args: argparse.Namespace) -> None:
     from dialscore_server.checkpoints.registry import stand_in_registry
     from dialscore_server.checkpoints.standins import build_stand_ins
     from dialscore_server.nll.engine.engine import NLLEngine
-    from dialscore_server.scheduling.engine_thread import EngineThread
 
     build_stand_ins(WORK / "stand-ins")
     items = list(attribution_workload(10_000, "Why?").items)
     config = stand_in_registry(WORK / "stand-ins").get(NLL_MODEL).model_copy(
         update={"device": args.device})
-    thread = EngineThread()  # every layer's PyTorch work on one thread, as in a replica
-    engine = thread.run_now(lambda: NLLEngine(config, num_threads=2))
+    engine = NLLEngine(config, num_threads=2)
     bounds = {f"bulk calls <= {args.bulk_max_batch} positions": args.bulk_max_batch,
               "no bound": None}
     print(f"{len(items)} attribution items, {CONCURRENCY} requests of {PER_REQUEST} in flight, "
           f"{args.seconds:g} s per layer, {args.device}")
-    alone = [(f"engine alone, {n} items per call",
-              thread.run_now(engine_alone, engine, items, n, args.seconds)) for n in (1, 8, 64)]
+    alone = [(f"engine alone, {n} items per call", engine_alone(engine, items, n, args.seconds))
+             for n in (1, 8, 64)]
     rows: list[list[object]] = [[label, rate, None, None, None] for label, rate in alone]
     local = {}
     for label, bound in bounds.items():
-        rate, busy, gap = in_process(engine, thread, items,
-                                     serving_options(args.device, bound), args.seconds)
+        rate, busy, gap = in_process(engine, items, serving_options(args.device, bound),
+                                     args.seconds)
         local[label] = rate
         rows.append([f"in-process, {label}", rate, 1.0, busy, gap])
     engine.close()

@@ -18,7 +18,6 @@ from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contradiction.serving import ContradictionServing
 from dialscore_server.scheduling.engine_thread import EngineThread
 from dialscore_server.scheduling.serving import EngineStalled
-from fake_api import FakeNLLEngine
 from merging_runner import HANG_S, until
 from test_fair_chunks import GatedDetector
 
@@ -128,8 +127,7 @@ class Clock:
 def test_an_engine_call_at_work_beyond_stall_s_fails_the_check_and_a_finished_one_clears_it():
     engine = ProbedDetector(gated=True)
     clock = Clock()
-    serving = ContradictionServing(engine, max_batch_pairs=64, stall_s=600,
-                                   thread=EngineThread(clock))
+    serving = ContradictionServing(engine, max_batch_pairs=64, stall_s=600, clock=clock)
 
     async def scenario() -> None:
         request = asyncio.create_task(serving.detect(job()))
@@ -152,8 +150,7 @@ def test_an_engine_call_at_work_beyond_stall_s_fails_the_check_and_a_finished_on
 def test_without_stall_s_a_call_at_work_always_passes_the_check():
     engine = ProbedDetector(gated=True)
     clock = Clock()
-    serving = ContradictionServing(engine, max_batch_pairs=64, stall_s=None,
-                                   thread=EngineThread(clock))
+    serving = ContradictionServing(engine, max_batch_pairs=64, stall_s=None, clock=clock)
 
     async def scenario() -> None:
         request = asyncio.create_task(serving.detect(job()))
@@ -174,27 +171,27 @@ def test_at_work_counts_the_running_call_only():
     gates = [threading.Event(), threading.Event()]
     began: list[int] = []
 
-    def run(k: int) -> int:
-        began.append(k)
-        assert gates[k].wait(60), "the test never released the call"
-        return k
+    def run(batch):
+        began.append(batch[0])
+        assert gates[batch[0]].wait(60), "the test never released the call"
+        return batch
 
-    thread = EngineThread(clock)
+    thread: EngineThread[int, list[int]] = EngineThread(run, clock)
 
     async def scenario() -> None:
         assert thread.at_work_s is None
-        first = asyncio.create_task(thread.submit(run, 0))
+        first = asyncio.create_task(thread.call([0]))
         await until(lambda: began == [0], "the first call begins")
-        second = asyncio.create_task(thread.submit(run, 1))
+        second = asyncio.create_task(thread.call([1]))
         clock.now += 30
         assert thread.at_work_s == 30 and thread.busy
         gates[0].set()
-        assert await first == 0
+        await first
         await until(lambda: began == [0, 1], "the second call begins")
         clock.now += 5
         assert thread.at_work_s == 5
         gates[1].set()
-        assert await second == 1
+        await second
         assert thread.at_work_s is None and not thread.busy
 
     asyncio.run(scenario())
@@ -202,6 +199,7 @@ def test_at_work_counts_the_running_call_only():
 
 def test_the_replica_servings_take_engine_stall_s_from_their_options():
     from dialscore_server.nll.serving import NLLServing
+    from fake_api import FakeNLLEngine
 
     assert ServingOptions().engine_stall_s == 600
     detector = ProbedDetector()
@@ -212,49 +210,3 @@ def test_the_replica_servings_take_engine_stall_s_from_their_options():
         assert classifier.chunks.stall_s == nll.chunks.stall_s == stall
     with pytest.raises(ValueError, match="engine_stall_s"):
         ServingOptions(engine_stall_s=0)
-
-
-class ThreadRecordingEngine(FakeNLLEngine):
-    """:class:`FakeNLLEngine` that appends ``(what, thread name)`` to :attr:`log` (class-wide:
-    the deployment builds it from its import path) when it is built, called and probed."""
-
-    log: list[tuple[str, str]] = []
-
-    @classmethod
-    def from_options(cls, config, options):
-        cls.log.append(("build", threading.current_thread().name))
-        return super().from_options(config, options)
-
-    def score_encoded(self, encoded, guard=None):
-        self.log.append(("call", threading.current_thread().name))
-        return super().score_encoded(encoded, guard)
-
-    def check_health(self) -> None:
-        self.log.append(("probe", threading.current_thread().name))
-
-
-def test_a_replica_builds_calls_and_probes_its_engine_on_one_thread():
-    """PyTorch starts an OpenMP team on every thread that runs a parallel kernel, and more teams
-    than cores slow every small kernel (EngineThread's docstring): the deployment builds its
-    engine on the engine thread that then runs its calls and its health probe."""
-    from dialscore_server.checkpoints.registry import DIALOGPT_FORMAT, ModelConfig
-    from dialscore_server.nll.deployment import NLLDeployment
-    from dialscore_server.nll.engine.encoding import NLLItem
-
-    ThreadRecordingEngine.log.clear()
-    config = ModelConfig(name="fake-nll", source="fake", family="causal", format=DIALOGPT_FORMAT,
-                         max_length=512, device="cpu")
-    replica = NLLDeployment.func_or_class(
-        config, {"engine": f"{__name__}:ThreadRecordingEngine"})
-
-    async def scenario() -> None:
-        reply = await replica.score([NLLItem(context=["Hi there."], target="Hello you.")])
-        assert len(reply.unwrap().results) == 1
-        await replica.check_health()
-
-    asyncio.run(scenario())
-    whats = [what for what, _ in ThreadRecordingEngine.log]
-    threads = {thread for _, thread in ThreadRecordingEngine.log}
-    assert whats == ["build", "call", "probe"]
-    assert len(threads) == 1 and threads.pop().startswith("dialscore-engine")
-    assert threading.current_thread().name not in threads

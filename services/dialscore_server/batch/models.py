@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dialscore_server.checkpoints.registry import ModelConfig
-from dialscore_server.contract.engine import build_engine
+from dialscore_server.contract.engine import engine_class
 from dialscore_server.contract.limits import Limits
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.directory import ModelDirectory
@@ -35,13 +35,12 @@ def build_directory(models: JobModels) -> ModelDirectory:
     from dialscore_server.nll.serving import NLLServing
     from dialscore_server.rerank.serving import RerankServing
 
-    nll: dict[str, NLLServing] = {}
-    for cfg, opts in models.nll:
-        engine, thread = build_engine(cfg, opts, NLLEngine)
-        nll[cfg.name] = NLLServing.from_options(engine, opts, cfg.name, thread)
-    classifiers: dict[str, ContradictionServing] = {}
-    for cfg, opts in models.classifiers:
-        engine, thread = build_engine(cfg, opts, ContradictionDetector)
-        classifiers[cfg.name] = ContradictionServing.from_options(engine, opts, cfg.name, thread)
+    nll = {cfg.name: NLLServing.from_options(
+               engine_class(opts.engine, NLLEngine).from_options(cfg, opts), opts, cfg.name)
+           for cfg, opts in models.nll}
+    classifiers = {cfg.name: ContradictionServing.from_options(
+                       engine_class(opts.engine, ContradictionDetector).from_options(cfg, opts),
+                       opts, cfg.name)
+                   for cfg, opts in models.classifiers}
     reranker = RerankServing(classifiers, nll) if classifiers else None
     return ModelDirectory(nll, classifiers, reranker, limits=models.limits)

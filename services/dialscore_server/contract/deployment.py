@@ -6,16 +6,21 @@ from typing import Any, ClassVar
 
 from dialscore.model_card import ModelCard
 from dialscore_server.checkpoints.registry import ModelConfig
-from dialscore_server.contract.engine import build_engine
+from dialscore_server.contract.engine import engine_class
 from dialscore_server.contract.options import ServingOptions
 
 
 class ModelDeployment:
     """Validates the model's registry entry (`config`) and serving `options` as Serve passes them
     (dicts from the YAML, or the typed objects), builds the engine (``options.engine``, default
-    :attr:`default_engine`) with its ``from_options`` on the replica's engine thread
-    (``self.engine_thread``, where the serving a subclass sets as ``self.serving`` must run it),
-    and answers `card` and `check_health` through that serving."""
+    :attr:`default_engine`) with its ``from_options``, and answers `card` and `check_health`
+    through the endpoint's serving, which a subclass sets as ``self.serving``.
+
+    The engine is built here, on Serve's thread, and called on the serving's engine thread: two
+    OpenMP teams. On a shared 2-core host that measured faster for interactive requests than
+    building it on the engine thread (one team, whose spin-wait takes cores from the other
+    replicas), and slower for a lone replica's small bulk calls
+    (docs/benchmarks/fairness.md#lanes)."""
 
     #: The engine class served when ``options.engine`` names none.
     default_engine: ClassVar[type]
@@ -25,8 +30,8 @@ class ModelDeployment:
                  options: ServingOptions | dict[str, Any] | None = None):
         self.config = ModelConfig.model_validate(config)
         self.options = ServingOptions.model_validate(options or {})
-        self.engine, self.engine_thread = build_engine(self.config, self.options,
-                                                       self.default_engine)
+        self.engine = engine_class(self.options.engine, self.default_engine).from_options(
+            self.config, self.options)
 
     async def card(self) -> ModelCard:
         """The model's card (GET /v1/models, every response's provenance)."""

@@ -10,9 +10,7 @@ deployment declares the operations it needs on top of these (``score_encoded`` f
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-
-from dialscore_server.scheduling.engine_thread import EngineThread
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -61,14 +59,3 @@ def engine_class(path: str | None, default: type) -> type:
     if not isinstance(cls, type) or missing:
         raise ValueError(f"engine {path!r} is not an engine class (missing {', '.join(missing)})")
     return cls
-
-
-def build_engine(config: ModelConfig, options: ServingOptions, default: type
-                 ) -> tuple[Any, EngineThread]:
-    """The engine of `config` (class: ``options.engine``, else `default`) built with its
-    ``from_options`` on a new engine thread, and that thread, which must run all of its calls:
-    a replica's (and a batch worker's) PyTorch work stays on one thread
-    (:class:`~dialscore_server.scheduling.engine_thread.EngineThread` says why)."""
-    thread = EngineThread()
-    cls = engine_class(options.engine, default)
-    return thread.run_now(cls.from_options, config, options), thread

@@ -9,7 +9,8 @@ in-process over a fake classifier.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,7 +24,6 @@ from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult, plan_pairs
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk
-from dialscore_server.scheduling.engine_thread import EngineThread
 from dialscore_server.scheduling.lanes import LanePolicy
 from dialscore_server.scheduling.serving import ChunkedServing, RunnerFactory, merged, one_at_a_time
 
@@ -108,14 +108,13 @@ class ContradictionServing:
     `max_batch_pairs`, the most one engine call merges). `model` labels the metrics (default:
     the card's name); `runner` is how chunks meet the engine
     (:mod:`dialscore_server.scheduling.serving`); `lanes` the priority-lane policy (default: lanes
-    on, a request of more than one chunk's pairs served in the bulk lane); `stall_s` the health
-    check's bound on an engine call at work (:meth:`check_health`); `thread` the engine thread
-    the engine was built on (default: a new one)."""
+    on, a request of more than one chunk's pairs served in the bulk lane); `stall_s` and `clock`
+    the health check's bound on an engine call at work (:meth:`check_health`)."""
 
     def __init__(self, engine: Detector, *, max_batch_pairs: int, chunk_pairs: int = CHUNK_PAIRS,
                  model: str = "", runner: RunnerFactory = one_at_a_time,
                  lanes: LanePolicy | None = None, stall_s: float | None = None,
-                 thread: EngineThread | None = None):
+                 clock: Callable[[], float] = time.monotonic):
         self.engine = engine
         self.max_batch_pairs = max_batch_pairs
         self.chunk_pairs = max(1, min(chunk_pairs, max_batch_pairs))
@@ -124,21 +123,21 @@ class ContradictionServing:
         self.chunks: ChunkedServing[Work, list[DetectionResult]] = ChunkedServing(
             self.run, model=self.model, unit="pairs", runner=runner,
             lanes=lanes or LanePolicy(interactive_max_cost=self.chunk_pairs), stall_s=stall_s,
-            thread=thread)
+            clock=clock)
 
     @classmethod
-    def from_options(cls, engine: Detector, options: ServingOptions, model: str,
-                     thread: EngineThread | None = None) -> ContradictionServing:
+    def from_options(cls, engine: Detector, options: ServingOptions, model: str
+                     ) -> ContradictionServing:
         """The serving a classifier's replica runs (and a batch worker, the same): an engine
         call's budget of `options.max_batch_tokens` NLI pairs (at most :data:`MAX_BATCH_PAIRS`),
         chunks merged by :func:`~dialscore_server.scheduling.serving.merged` under the options'
         lane policy, an engine call at work beyond `options.engine_stall_s` failing the health
-        check, on `thread`, the engine thread `engine` was built on (default: a new one)."""
+        check."""
         budget = min(options.max_batch_tokens, MAX_BATCH_PAIRS)
         return cls(engine, max_batch_pairs=budget, chunk_pairs=options.chunk_pairs, model=model,
                    runner=merged(budget, options.batch_wait_timeout_s),
                    lanes=options.lane_policy(min(options.chunk_pairs, budget)),
-                   stall_s=options.engine_stall_s, thread=thread)
+                   stall_s=options.engine_stall_s)
 
     async def card(self) -> ModelCard:
         return self._card

@@ -43,8 +43,7 @@ class NLLDeployment(ModelDeployment):
     def __init__(self, config: ModelConfig | dict[str, Any],
                  options: ServingOptions | dict[str, Any] | None = None):
         super().__init__(config, options)
-        self.serving = NLLServing.from_options(self.engine, self.options, self.config.name,
-                                               self.engine_thread)
+        self.serving = NLLServing.from_options(self.engine, self.options, self.config.name)
 
     async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
                     lane: Lane = "interactive") -> Reply[Scored]:

@@ -1,37 +1,34 @@
-"""The one thread that builds a replica's engine and runs its engine calls and health probe."""
+"""The one thread that runs a replica's engine calls, and its health probe."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Generic, TypeVar
 
+A = TypeVar("A")
+R = TypeVar("R")
 T = TypeVar("T")
 
 
-class EngineThread:
-    """Runs everything that touches the engine on one long-lived thread, one at a time in the
-    order submitted: its construction (:meth:`run_now`), its engine calls and its health probe
-    (:meth:`submit`, awaited from the event loop).
+class EngineThread(Generic[A, R]):
+    """Runs ``run(batch)``, and anything else that touches the engine (:meth:`submit`), on one
+    long-lived thread, one at a time in the order submitted, awaited from the event loop.
 
-    One thread keeps one OpenMP thread team for PyTorch's CPU kernels. Each OS thread that runs a
-    parallel kernel starts a team of its own, and once a process holds more OpenMP threads than
-    it has cores, libgomp (PyTorch's OpenMP) stops spinning between parallel regions (its
-    throttled ``GOMP_SPINCOUNT``): every kernel then pays a thread wake-up. An engine built and
-    warmed on one thread and called on another runs its small calls about half as fast
-    (``docs/benchmarks/fairness.md``); so the engine is built here too. The thread also keeps
-    its own settings (``torch.set_num_threads`` is per thread), and it is what keeps the
-    engine's state (the NLL engine's context cache) touched by one thread only.
-
-    :attr:`busy`, :attr:`at_work_s` and :attr:`failed` say what the thread is doing, for how
-    long, and how its last finished call ended, for the health check
+    One thread keeps one OpenMP thread team for PyTorch's CPU kernels (each OS thread that calls
+    into them starts a team of its own) and the thread's own settings (``torch.set_num_threads``
+    is per thread), and it is what keeps the engine's state (the NLL engine's context cache)
+    touched by one thread only. :attr:`busy`, :attr:`at_work_s` and :attr:`failed` say what the
+    thread is doing, for how long, and how its last finished call ended, for the health check
     (:meth:`~dialscore_server.scheduling.serving.ChunkedServing.check_health`). `clock` times
     the call at work (seconds, monotonic; tests pass one they advance)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, run: Callable[[Sequence[A]], R],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._run = run
         self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dialscore-engine")
         self._lock = threading.Lock()
@@ -60,34 +57,21 @@ class EngineThread:
         with self._lock:
             return self._failed
 
-    def run_now(self, fn: Callable[..., T], *args: object) -> T:
-        """``fn(*args)`` on the engine thread, after every call submitted before it, blocking the
-        caller until it returns (for building the engine; never from an event loop)."""
-        self._enter()
-        try:
-            done = self._pool.submit(self._tracked, fn, args)
-        except BaseException:  # never reached the thread (the pool was shut down)
-            self._leave()
-            raise
-        return done.result()
+    async def call(self, batch: Sequence[A]) -> R:
+        """``run(batch)`` on the engine thread."""
+        return await self.submit(self._run, batch)
 
     async def submit(self, fn: Callable[..., T], *args: object) -> T:
         """``fn(*args)`` on the engine thread, after every call submitted before it."""
-        self._enter()
+        with self._lock:
+            self._in_flight += 1
         try:
             done = asyncio.get_running_loop().run_in_executor(self._pool, self._tracked, fn, args)
         except BaseException:  # never reached the thread (the pool was shut down)
-            self._leave()
+            with self._lock:
+                self._in_flight -= 1
             raise
         return await done
-
-    def _enter(self) -> None:
-        with self._lock:
-            self._in_flight += 1
-
-    def _leave(self) -> None:
-        with self._lock:
-            self._in_flight -= 1
 
     def _tracked(self, fn: Callable[..., T], args: tuple[object, ...]) -> T:
         failed: BaseException | None = None

@@ -114,9 +114,8 @@ class ChunkedServing(Generic[C, V]):
             it, a chunk larger than the bound is a bulk call of its own.
         stall_s: an engine call at work for longer than this many seconds fails the health check
             (:class:`EngineStalled`); None: an engine call at work always passes it.
-        thread: the engine thread the engine was built on
-            (:meth:`~dialscore_server.scheduling.engine_thread.EngineThread.run_now`); default: a
-            new one.
+        clock: what times the engine call at work (monotonic seconds; tests pass one they
+            advance).
 
     Metrics are recorded here, where they are measured: each engine call's batch figures
     (``dialscore_batch_*``, padding, reused tokens) and the work ledger's."""
@@ -124,7 +123,7 @@ class ChunkedServing(Generic[C, V]):
     def __init__(self, run: Run[C, V], *, model: str, unit: str,
                  runner: RunnerFactory = one_at_a_time, lanes: LanePolicy = LanePolicy(),
                  rechunk: Rechunk[C] | None = None, stall_s: float | None = None,
-                 thread: EngineThread | None = None):
+                 clock: Callable[[], float] = time.monotonic):
         self._run = run
         self.stall_s = stall_s
         self.model = model
@@ -132,8 +131,9 @@ class ChunkedServing(Generic[C, V]):
         self._rechunk = rechunk
         self.ledger = WorkLedger(model, unit)
         self.arrivals = Arrivals()
-        self._engine_thread = thread or EngineThread()
-        self._runner = runner(self._on_engine_thread, policy=lanes, model=model, unit=unit)
+        self._engine_thread: EngineThread[C, list[Outcome[V]]] = EngineThread(
+            self.call, clock)
+        self._runner = runner(self._engine_thread.call, policy=lanes, model=model, unit=unit)
 
     async def check_health(self, probe: Callable[[], None]) -> None:
         """Serve's health check of the replica's engine. While an engine call runs or waits for
@@ -154,9 +154,6 @@ class ChunkedServing(Generic[C, V]):
                     f"engine_stall_s ({self.stall_s:g} s)")
             return
         await thread.submit(probe)
-
-    async def _on_engine_thread(self, chunks: Sequence[C]) -> list[Outcome[V]]:
-        return await self._engine_thread.submit(self.call, chunks)
 
     def call(self, chunks: Sequence[C]) -> list[Outcome[V]]:
         """One accounted engine call for `chunks`, on the calling thread (the runner calls it on
