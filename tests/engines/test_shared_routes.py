@@ -63,12 +63,13 @@ def _shape_args() -> str:
                        for s in SHAPES])
 
 
-def _chooser(tmp_path: Path, cache: Path, timer: str, out: Path, sync: str = "-",
+def _chooser(cache: Path, timer: str, out: Path, sync: str = "-",
              threads: int | None = None) -> subprocess.Popen:
-    script = tmp_path / "chooser.py"
-    script.write_text(CHOOSER)
+    """Start one chooser. The script goes on the command line (``-c``), never through a shared
+    file: rewriting such a file for the next child could leave an earlier one reading it empty,
+    running nothing and exiting 0."""
     env = {**os.environ, CACHE_DIR_VARIABLE: str(cache)}
-    return subprocess.Popen([sys.executable, str(script), timer,
+    return subprocess.Popen([sys.executable, "-c", CHOOSER, timer,
                              str(threads or torch.get_num_threads()), sync, str(out),
                              _shape_args()], env=env, stderr=subprocess.PIPE, text=True)
 
@@ -76,6 +77,7 @@ def _chooser(tmp_path: Path, cache: Path, timer: str, out: Path, sync: str = "-"
 def _result(proc: subprocess.Popen, out: Path) -> dict:
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-2000:]
+    assert out.exists(), f"{out.name} was not written; stderr: {err[-2000:]}"
     return json.loads(out.read_text())
 
 
@@ -95,11 +97,11 @@ def test_a_second_process_reads_the_first_choice_instead_of_timing(tmp_path, mon
 
     # A process whose timer fails if asked reads both choices from the file.
     out = tmp_path / "second.json"
-    assert _result(_chooser(tmp_path, cache, "fail", out), out) == {"choices": first, "timed": []}
+    assert _result(_chooser(cache, "fail", out), out) == {"choices": first, "timed": []}
     # At another thread count the choice is another one: that process times its own.
     threads = torch.get_num_threads() + 1
     out = tmp_path / "other-threads.json"
-    assert _result(_chooser(tmp_path, cache, "even", out, threads=threads), out) == {
+    assert _result(_chooser(cache, "even", out, threads=threads), out) == {
         "choices": [True, False], "timed": [s.key() for s in SHAPES]}
     assert len(RouteStore(cache / kernel_choice.ROUTES_FILE).read()[kernel_choice.machine()]) == 4
 
@@ -110,7 +112,7 @@ def test_concurrent_choosers_agree(tmp_path):
     cache, sync = tmp_path / "cache", tmp_path / "sync"
     sync.mkdir()
     outs = [tmp_path / f"chooser-{k}.json" for k in range(4)]
-    procs = [_chooser(tmp_path, cache, "even" if k % 2 == 0 else "odd", out, sync=str(sync))
+    procs = [_chooser(cache, "even" if k % 2 == 0 else "odd", out, sync=str(sync))
              for k, out in enumerate(outs)]
     deadline = time.time() + 240
     while len(list(sync.glob("*.ready"))) < len(procs) and time.time() < deadline:
