@@ -4,6 +4,10 @@ positions (held on every call) and for unbounded ones.
 
     python -m loadtests.bench_bulk_path --seconds 10
     python -m loadtests.bench_bulk_path --seconds 10 --device cuda --num-cpus 16  # on a GPU
+    python -m loadtests.bench_bulk_path --device cuda --no-serve --cuda-graph-positions 0
+
+Every layer's engine captures CUDA graphs of its small plain passes on a GPU
+(``--cuda-graph-positions``, default the service's ``cuda_graph_positions``; 0: none).
 
 The workload is bench_lanes's probe run: the shipped CEDAR sample's attribution items (about
 120 positions each), in requests of 64 items, 8 in flight, in the bulk lane, over and over. It is
@@ -54,16 +58,17 @@ CONCURRENCY, PER_REQUEST = 8, 64
 CLIENT_LIMIT_S = 300.0
 
 
-def serving_options(device: str, bulk_max_batch: int | None) -> dict[str, Any]:
+def serving_options(device: str, bulk_max_batch: int | None, graphs: int) -> dict[str, Any]:
     """A deployment's serving options: one replica of 2 torch threads (``cuda``: 0.4 of the
     GPU), lanes on, bulk calls of at most `bulk_max_batch` positions on every call (None: no
     bound), and no context cache: the workload repeats its items, and every layer must compute
-    the same positions (the in-process engine has none either)."""
+    the same positions (the in-process engine has none either); CUDA graphs of passes of at
+    most `graphs` positions (``cuda_graph_positions``)."""
     bound = ({"bulk_max_batch": bulk_max_batch, "bulk_max_batch_hold_s": None}
              if bulk_max_batch else {})
     return {"num_cpus": 1, "num_gpus": 0.4 if device == "cuda" else 0, "num_threads": 2,
             "max_ongoing_requests": 128, "max_queued_requests": 512, "priority_lanes": True,
-            "context_cache_bytes": 0, **bound}
+            "context_cache_bytes": 0, "cuda_graph_positions": graphs, **bound}
 
 
 def requests_of(items: Sequence[Any], k: int) -> list[Any]:
@@ -192,6 +197,8 @@ def via_http(url: str, name: str, items: Sequence[Any], seconds: float) -> float
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dialscore_server.contract.options import ServingOptions
+
     ap = parser(__doc__)
     ap.add_argument("--seconds", type=float, default=10, help="each layer's time (default 10)")
     ap.add_argument("--bulk-max-batch", type=int, default=128,
@@ -199,6 +206,11 @@ def main(argv: list[str] | None = None) -> int:
                          "one item per call)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--num-cpus", type=int, default=5, help="Ray's logical CPUs (default 5)")
+    ap.add_argument("--cuda-graph-positions", type=int,
+                    default=ServingOptions.model_fields["cuda_graph_positions"].default,
+                    help="the engines' cuda_graph_positions (default: the service's; 0: off)")
+    ap.add_argument("--no-serve", action="store_true",
+                    help="the engine and in-process layers only (no Ray, no HTTP)")
     args = ap.parse_args(argv)
     measure(args)
     return 0
@@ -213,26 +225,35 @@ def measure(args: argparse.Namespace) -> None:
     items = list(attribution_workload(10_000, "Why?").items)
     config = stand_in_registry(WORK / "stand-ins").get(NLL_MODEL).model_copy(
         update={"device": args.device})
-    engine = NLLEngine(config, num_threads=2)
+    engine = NLLEngine(config, num_threads=2, cuda_graph_positions=args.cuda_graph_positions)
     bounds = {f"bulk calls <= {args.bulk_max_batch} positions": args.bulk_max_batch,
               "no bound": None}
     print(f"{len(items)} attribution items, {CONCURRENCY} requests of {PER_REQUEST} in flight, "
-          f"{args.seconds:g} s per layer, {args.device}")
+          f"{args.seconds:g} s per layer, {args.device}, "
+          f"cuda_graph_positions {args.cuda_graph_positions}")
     alone = [(f"engine alone, {n} items per call", engine_alone(engine, items, n, args.seconds))
              for n in (1, 8, 64)]
     rows: list[list[object]] = [[label, rate, None, None, None] for label, rate in alone]
     local = {}
     for label, bound in bounds.items():
-        rate, busy, gap = in_process(engine, items, serving_options(args.device, bound),
-                                     args.seconds)
+        rate, busy, gap = in_process(
+            engine, items, serving_options(args.device, bound, args.cuda_graph_positions),
+            args.seconds)
         local[label] = rate
         rows.append([f"in-process, {label}", rate, 1.0, busy, gap])
     engine.close()
+    columns = [Column("layer", 44, left=True), Column("items/s", 9, ".1f"),
+               Column("x in-proc", 10, ".2f"), Column("engine busy", 12, ".0%"),
+               Column("gap ms", 7, ".2f")]
+    if args.no_serve:
+        print(table(columns, rows))
+        return
     names = {label: f"bulk-{k}" for k, label in enumerate(bounds)}
     app = {"stand_ins": str(WORK / "stand-ins"), "request_timeout_s": 300,
            "models": [{"name": NLL_MODEL, "serve_as": names[label],
                        "overrides": {"device": args.device},
-                       "serving": serving_options(args.device, bound)}
+                       "serving": serving_options(args.device, bound,
+                                                  args.cuda_graph_positions)}
                       for label, bound in bounds.items()]}
     with serve_app(app, name=APP, num_cpus=args.num_cpus) as url:
         for label in bounds:
@@ -240,9 +261,7 @@ def measure(args: argparse.Namespace) -> None:
             rows.append([f"Serve handle, {label}", rate, rate / local[label], None, None])
             rate = via_http(url, names[label], items, args.seconds)
             rows.append([f"HTTP, {label}", rate, rate / local[label], None, None])
-    print(table([Column("layer", 44, left=True), Column("items/s", 9, ".1f"),
-                 Column("x in-proc", 10, ".2f"), Column("engine busy", 12, ".0%"),
-                 Column("gap ms", 7, ".2f")], rows))
+    print(table(columns, rows))
 
 
 if __name__ == "__main__":

@@ -141,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the checkpoint (loadtests.common.checkpoint): the 2-layer stand-in, or "
                     "random weights of DialoGPT-medium's shapes, whose cost per position is the "
                     "real model's")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where `hf` and both replicas run (cuda: each replica on half the GPU, "
+                    "never both at work)")
     ap.add_argument("--rounds", type=int, default=2,
                     help="timed runs of each method, interleaved (the fastest is reported)")
     add_threads(ap)
@@ -163,13 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     window = AutoConfig.from_pretrained(source).n_positions
     tasks = task_folder(args.data, Path(tempfile.mkdtemp(prefix="lm-eval-tasks-")))
 
-    hf = HFLM(pretrained=str(source), backend="causal", device="cpu", dtype="float32",
+    hf = HFLM(pretrained=str(source), backend="causal", device=args.device, dtype="float32",
               batch_size=args.hf_batch_size, max_length=window - 2)
     evaluate(hf, tasks, 1)  # warm-up (and the dataset read once)
-    serving = {"num_cpus": 1, "num_threads": threads, "max_ongoing_requests": 64}
+    serving = {"num_cpus": 1, "num_threads": threads, "max_ongoing_requests": 64,
+               "num_gpus": 0.5 if args.device == "cuda" else 0}
     app = {"stand_ins": str(source.parent / "stand-ins"), "request_timeout_s": 1800,
            "models": [{"name": NLL_MODEL, "serve_as": name,
-                       "overrides": {"source": str(source), "max_length": window},
+                       "overrides": {"source": str(source), "max_length": window,
+                                     "device": args.device},
                        "serving": {**serving, **extra}}
                       for name, extra in ((CACHE_ON, {}), (CACHE_OFF, {"context_cache_bytes": 0}))]}
     served = {"cache on": CACHE_ON, "cache off": CACHE_OFF}

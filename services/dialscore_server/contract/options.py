@@ -78,6 +78,15 @@ class ServingOptions(BaseModel):
         "by every replica on it, in $DIALSCORE_CACHE_DIR/kernel-routes.json), and GPT-2's GELU as "
         "one fused kernel (services/dialscore_server/nll/engine/kernels.py; same numbers to float "
         "rounding). Off: stock PyTorch kernels.")
+    cuda_graph_positions: int = Field(
+        512, ge=0, description="Decoder-only NLL models on a GPU: capture the model's plain "
+        "passes (no key/value states kept) as CUDA graphs at start, for every (rows, width) "
+        "bucket of powers of two from 16 positions wide with at most this many positions, and "
+        "replay them for the passes they hold (padded to the bucket), so a small engine call "
+        "launches its kernels at once instead of one by one from Python "
+        "(services/dialscore_server/nll/engine/cuda_graphs.py). Same numbers to float rounding. "
+        "Costs each bucket's activations in GPU memory (one shared pool) and a few passes per "
+        "bucket at start. 0: off. Ignored on CPU and for seq2seq models.")
     priority_lanes: bool = Field(
         True, description="Serve interactive requests' chunks before bulk ones on each engine call "
         "(bulk keeps a bounded share: `bulk_every`). Off: every request the same share, first "

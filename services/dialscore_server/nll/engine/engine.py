@@ -101,6 +101,7 @@ from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_th
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.nll.engine.context_cache import ContextCache
+from dialscore_server.nll.engine.cuda_graphs import GraphedTrunk, buckets
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLEncoder, NLLItem
 from dialscore_server.nll.engine.forward import ForwardPasses, cached_prefix
 from dialscore_server.nll.engine.prompts import check_vocabulary, encode_prompt
@@ -205,13 +206,19 @@ class NLLEngine:
             change only by float rounding; each replacement is checked against the layer it
             replaces first. The vocabulary projection's route is chosen the same way. Off: the
             stock PyTorch/transformers path.
+        cuda_graph_positions: decoder-only models on a CUDA device: capture the trunk's plain
+            passes (no key/value states kept) as CUDA graphs, for every (rows, width) bucket of
+            at most this many positions (:mod:`dialscore_server.nll.engine.cuda_graphs`), at
+            construction, and replay them for passes they hold. Numbers change only by float
+            rounding. 0 (the default here): no graphs; ignored on CPU and for seq2seq models.
+            The service passes ``serving.cuda_graph_positions``.
     """
 
     def __init__(self, config: ModelConfig, loaded: LoadedModel | None = None, *,
                  token_budget: int | None = None, num_threads: int | None = None,
                  projection_chunk: int | None = None, prefix_reuse: bool = True,
                  min_shared_prefix: int = MIN_SHARED_PREFIX, fast_kernels: bool = True,
-                 context_cache_bytes: int | None = 0):
+                 context_cache_bytes: int | None = 0, cuda_graph_positions: int = 0):
         if config.family not in ("causal", "seq2seq"):
             raise ValueError(f"model {config.name!r} is a {config.family}; the NLL engine scores "
                              "causal and seq2seq models")
@@ -221,6 +228,8 @@ class NLLEngine:
             raise ValueError("min_shared_prefix must be positive")
         if context_cache_bytes is not None and context_cache_bytes < 0:
             raise ValueError("context_cache_bytes must be 0 (off), positive, or None (default)")
+        if cuda_graph_positions < 0:
+            raise ValueError("cuda_graph_positions must be 0 (off) or positive")
         self.threads = set_threads(num_threads)
         self.config = config
         self.loaded = loaded or load_model(config)
@@ -259,6 +268,29 @@ class NLLEngine:
             pad_id=tok.pad_token_id if tok.pad_token_id is not None else self.encoder.eos_id,
             decoder_prefix=self.encoder.decoder_prefix, window=config.max_length,
             project=self.projection)
+        self.graphs = (self._capture(cuda_graph_positions)
+                       if cuda_graph_positions and config.family == "causal"
+                       and str(self.loaded.device).startswith("cuda") else None)
+        self.passes.graphs = self.graphs
+        self.passes.graphs_keep_states = self.context_cache is not None
+
+    def _capture(self, positions: int) -> GraphedTrunk:
+        """The trunk's plain passes captured for every bucket of at most `positions` positions
+        within the model's window: (hidden states, every layer's (keys, values) when this engine
+        has a context cache, else None)."""
+        import torch
+
+        keep = self.context_cache is not None
+
+        def trunk(ids: Any) -> tuple[Any, list[tuple[Any, Any]] | None]:
+            out = self.model.base_model(input_ids=ids, attention_mask=None, use_cache=keep)
+            kv = ([(layer.keys, layer.values) for layer in out.past_key_values.layers]
+                  if keep else None)
+            return out.last_hidden_state, kv
+
+        with torch.inference_mode():
+            return GraphedTrunk(trunk, self.loaded.device, self.passes.pad_id,
+                                buckets(positions, self.passes.max_positions))
 
     # ----------------------------------------------------------------------------- lifecycle
     @classmethod
@@ -266,7 +298,8 @@ class NLLEngine:
         """The engine as a deployment serves it (see :class:`~dialscore_server.contract.engine.Engine`)."""
         return cls(config, token_budget=options.token_budget, num_threads=options.num_threads,
                    prefix_reuse=options.prefix_reuse, fast_kernels=options.fast_kernels,
-                   context_cache_bytes=options.context_cache_bytes)
+                   context_cache_bytes=options.context_cache_bytes,
+                   cuda_graph_positions=options.cuda_graph_positions)
 
     def card(self) -> ModelCard:
         c, loaded = self.config, self.loaded

@@ -16,6 +16,7 @@ from dialscore_server.scheduling.planner import KV_BUDGET_FACTOR, BatchStats, Sh
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.nll.engine.encoding import EncodedItem
 from dialscore_server.nll.engine.context_cache import ContextCache
+from dialscore_server.nll.engine.cuda_graphs import GraphedTrunk
 from dialscore_server.nll.engine.prefix_cache import expanded_prefix_cache, padded_past
 from dialscore_server.nll.engine.projection import ScoredPosition
 
@@ -36,6 +37,12 @@ class ForwardPasses:
         window: the registry's ``max_length``; continuation position ids stay below it and the
             model's position table.
         project: the vocabulary projection.
+        graphs: captured CUDA graphs of the trunk
+            (:class:`~dialscore_server.nll.engine.cuda_graphs.GraphedTrunk`) returning (hidden
+            states, per-layer (keys, values) or None): a plain causal pass replays one where a
+            bucket holds it and the graphs keep states exactly when the pass has a context cache
+            (:attr:`graphs_keep_states`). None: every pass launches its kernels one by one.
+        graphs_keep_states: whether `graphs` output every layer's keys and values.
 
     Each method returns, per item in the order given, the log-probabilities of its target tokens:
     floats, or, when any item of the pass asks for alternatives (``EncodedItem.top_k > 0``),
@@ -44,7 +51,8 @@ class ForwardPasses:
     """
 
     def __init__(self, model: Any, device: str, *, pad_id: int, decoder_prefix: tuple[int, ...],
-                 window: int, project: Projection):
+                 window: int, project: Projection, graphs: GraphedTrunk | None = None,
+                 graphs_keep_states: bool = False):
         self.model = model
         self.device = device
         self.pad_id = pad_id
@@ -52,6 +60,8 @@ class ForwardPasses:
         self.max_positions = min(
             window, getattr(model.config, "max_position_embeddings", None) or window)
         self.project = project
+        self.graphs = graphs
+        self.graphs_keep_states = graphs_keep_states
 
     def causal(self, rows: Sequence[EncodedItem], stats: BatchStats,
                cache: ContextCache | None = None) -> list[list[float]]:
@@ -74,19 +84,27 @@ class ForwardPasses:
             targets += r.target_ids
             ks += [r.top_k] * len(r.target_ids)
         stats.real_tokens += sum(r.cost for r in rows)
-        stats.padded_tokens += ids.numel()
         stats.forward_passes += 1
-        # Right padding under causal attention: a real position attends only to earlier positions,
-        # all real, so the padding mask changes nothing a scored position sees; without it the
-        # attention runs the fused causal kernel instead of a masked one.
-        out = self.model.base_model(input_ids=ids.to(device), attention_mask=None,
-                                    use_cache=cache is not None)
-        hidden = out.last_hidden_state
+        bucket = (self.graphs.bucket(*ids.shape) if self.graphs is not None
+                  and self.graphs_keep_states == (cache is not None) else None)
+        if bucket is not None:
+            stats.padded_tokens += bucket[0] * bucket[1]
+            hidden, kv = self.graphs(ids)
+        else:
+            stats.padded_tokens += ids.numel()
+            # Right padding under causal attention: a real position attends only to earlier
+            # positions, all real, so the padding mask changes nothing a scored position sees;
+            # without it the attention runs the fused causal kernel instead of a masked one.
+            out = self.model.base_model(input_ids=ids.to(device), attention_mask=None,
+                                        use_cache=cache is not None)
+            hidden = out.last_hidden_state
+            kv = ([(layer.keys, layer.values) for layer in out.past_key_values.layers]
+                  if cache is not None else None)
+            del out
         sel = hidden[torch.tensor(gather_rows, device=device), torch.tensor(gather_cols, device=device)]
         flat = self._project(sel, torch.tensor(targets, device=device), ks, any(r.top_k for r in rows))
         logprobs = _split(flat, [len(r.target_ids) for r in rows])
         if cache is not None:
-            kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
             for b, r in enumerate(rows):
                 if len(r.source_ids) == 1:  # a prompt: its positions and their records
                     n = r.cost
@@ -95,8 +113,7 @@ class ForwardPasses:
                 elif len(r.source_ids) >= cache.block:
                     n = len(r.source_ids)
                     cache.insert(r.source_ids, [(k[b, :, :n], v[b, :, :n]) for k, v in kv])
-            del kv
-        del out
+        del kv, hidden
         return logprobs
 
     def _project(self, hidden, targets, ks: list[int], alternatives: bool) -> list[Any]:
