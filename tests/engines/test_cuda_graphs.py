@@ -166,3 +166,7 @@ def test_captured_graphs_give_the_eager_numbers_on_cuda(stand_in_registry, cache
         assert_close(got, want)
         replayed += stats.padded_tokens != plain_stats.padded_tokens
     assert replayed, "no pass was replayed"
+    held = torch.cuda.memory_allocated()
+    graphed.close()
+    del graphed
+    assert torch.cuda.memory_allocated() < held  # the graphs' outputs went with the engine

@@ -312,8 +312,9 @@ class NLLEngine:
         self.score_encoded([self.encode(NLLItem(target="ok", source=""))])
 
     def close(self) -> None:
-        """Drop the model, its passes and its float32 head copy (the caller drops the engine)."""
-        self.model = self.projection = self.passes = None  # type: ignore[assignment]
+        """Drop the model, its passes, its captured graphs (their GPU memory; their trunk refers
+        back to this engine) and its float32 head copy (the caller drops the engine)."""
+        self.model = self.projection = self.passes = self.graphs = None  # type: ignore[assignment]
         self.loaded = None  # type: ignore[assignment]
 
     @property
