@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from dialscore_server.nll.engine.cuda_graphs import GraphedTrunk, buckets
+    from dialscore_server.nll.engine.forward import ForwardPasses
 
     if not torch.cuda.is_available():
         print("needs a CUDA device")
@@ -77,12 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     print(f"{args.model} shapes ({model.config.n_layer} layers, {model.config.n_embd} wide), "
           f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    # The engine's trunk pass (no projection is run here).
+    passes = ForwardPasses(model, "cuda", pad_id=0, decoder_prefix=(),
+                           window=model.config.n_positions, project=lambda *a: [])
     for keep in (False, True):
         def trunk(ids: Any, keep: bool = keep) -> Any:
-            out = model.base_model(input_ids=ids, attention_mask=None, use_cache=keep)
-            kv = ([(layer.keys, layer.values) for layer in out.past_key_values.layers]
-                  if keep else None)
-            return out.last_hidden_state, kv
+            return passes.trunk(ids, keep)
 
         with torch.inference_mode():
             torch.cuda.synchronize()

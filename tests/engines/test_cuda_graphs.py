@@ -75,11 +75,7 @@ class PaddedReplay:
         self.replays.append(shape)
         padded = torch.full(shape, self.engine.passes.pad_id, dtype=torch.long)
         padded[: ids.shape[0], : ids.shape[1]] = ids
-        out = self.engine.model.base_model(input_ids=padded, attention_mask=None,
-                                           use_cache=self.keep)
-        kv = ([(layer.keys, layer.values) for layer in out.past_key_values.layers]
-              if self.keep else None)
-        return out.last_hidden_state, kv
+        return self.engine.passes.trunk(padded, self.keep)
 
 
 @pytest.fixture(scope="module")

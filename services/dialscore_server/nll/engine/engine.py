@@ -275,22 +275,15 @@ class NLLEngine:
         self.passes.graphs_keep_states = self.context_cache is not None
 
     def _capture(self, positions: int) -> GraphedTrunk:
-        """The trunk's plain passes captured for every bucket of at most `positions` positions
-        within the model's window: (hidden states, every layer's (keys, values) when this engine
-        has a context cache, else None)."""
+        """:meth:`ForwardPasses.trunk` captured for every bucket of at most `positions` positions
+        within the model's window, keeping every layer's keys and values when this engine has a
+        context cache."""
         import torch
 
-        keep = self.context_cache is not None
-
-        def trunk(ids: Any) -> tuple[Any, list[tuple[Any, Any]] | None]:
-            out = self.model.base_model(input_ids=ids, attention_mask=None, use_cache=keep)
-            kv = ([(layer.keys, layer.values) for layer in out.past_key_values.layers]
-                  if keep else None)
-            return out.last_hidden_state, kv
-
+        keep, passes = self.context_cache is not None, self.passes
         with torch.inference_mode():
-            return GraphedTrunk(trunk, self.loaded.device, self.passes.pad_id,
-                                buckets(positions, self.passes.max_positions))
+            return GraphedTrunk(lambda ids: passes.trunk(ids, keep), self.loaded.device,
+                                passes.pad_id, buckets(positions, passes.max_positions))
 
     # ----------------------------------------------------------------------------- lifecycle
     @classmethod
@@ -313,7 +306,7 @@ class NLLEngine:
 
     def close(self) -> None:
         """Drop the model, its passes, its captured graphs (their GPU memory; their trunk refers
-        back to this engine) and its float32 head copy (the caller drops the engine)."""
+        to the passes) and its float32 head copy (the caller drops the engine)."""
         self.model = self.projection = self.passes = self.graphs = None  # type: ignore[assignment]
         self.loaded = None  # type: ignore[assignment]
 

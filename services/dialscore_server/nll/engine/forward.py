@@ -37,11 +37,13 @@ class ForwardPasses:
         window: the registry's ``max_length``; continuation position ids stay below it and the
             model's position table.
         project: the vocabulary projection.
-        graphs: captured CUDA graphs of the trunk
-            (:class:`~dialscore_server.nll.engine.cuda_graphs.GraphedTrunk`) returning (hidden
-            states, per-layer (keys, values) or None): a plain causal pass replays one where a
-            bucket holds it and the graphs keep states exactly when the pass has a context cache
-            (:attr:`graphs_keep_states`). None: every pass launches its kernels one by one.
+
+    Attributes set by the engine after construction (the capture runs :meth:`trunk`):
+        graphs: captured CUDA graphs of :meth:`trunk`
+            (:class:`~dialscore_server.nll.engine.cuda_graphs.GraphedTrunk`): a plain causal pass
+            replays one where a bucket holds it and the graphs keep states exactly when the pass
+            has a context cache (`graphs_keep_states`). None: every pass launches its kernels one
+            by one.
         graphs_keep_states: whether `graphs` output every layer's keys and values.
 
     Each method returns, per item in the order given, the log-probabilities of its target tokens:
@@ -51,8 +53,7 @@ class ForwardPasses:
     """
 
     def __init__(self, model: Any, device: str, *, pad_id: int, decoder_prefix: tuple[int, ...],
-                 window: int, project: Projection, graphs: GraphedTrunk | None = None,
-                 graphs_keep_states: bool = False):
+                 window: int, project: Projection):
         self.model = model
         self.device = device
         self.pad_id = pad_id
@@ -60,8 +61,19 @@ class ForwardPasses:
         self.max_positions = min(
             window, getattr(model.config, "max_position_embeddings", None) or window)
         self.project = project
-        self.graphs = graphs
-        self.graphs_keep_states = graphs_keep_states
+        self.graphs: GraphedTrunk | None = None
+        self.graphs_keep_states = False
+
+    def trunk(self, ids: Any, keep_states: bool) -> tuple[Any, list[tuple[Any, Any]] | None]:
+        """The model's trunk (``base_model``) over `ids` (rows x width, long, on the device):
+        (hidden states, every layer's (keys, values) when `keep_states`, else None). Rows are
+        right-padded and no padding mask is passed: under causal attention a real position
+        attends only to earlier positions, all real, so the mask would change nothing a scored
+        position sees, and without it the attention runs the fused causal kernel."""
+        out = self.model.base_model(input_ids=ids, attention_mask=None, use_cache=keep_states)
+        kv = ([(layer.keys, layer.values) for layer in out.past_key_values.layers]
+              if keep_states else None)
+        return out.last_hidden_state, kv
 
     def causal(self, rows: Sequence[EncodedItem], stats: BatchStats,
                cache: ContextCache | None = None) -> list[list[float]]:
@@ -92,15 +104,7 @@ class ForwardPasses:
             hidden, kv = self.graphs(ids)
         else:
             stats.padded_tokens += ids.numel()
-            # Right padding under causal attention: a real position attends only to earlier
-            # positions, all real, so the padding mask changes nothing a scored position sees;
-            # without it the attention runs the fused causal kernel instead of a masked one.
-            out = self.model.base_model(input_ids=ids.to(device), attention_mask=None,
-                                        use_cache=cache is not None)
-            hidden = out.last_hidden_state
-            kv = ([(layer.keys, layer.values) for layer in out.past_key_values.layers]
-                  if cache is not None else None)
-            del out
+            hidden, kv = self.trunk(ids.to(device), cache is not None)
         sel = hidden[torch.tensor(gather_rows, device=device), torch.tensor(gather_cols, device=device)]
         flat = self._project(sel, torch.tensor(targets, device=device), ks, any(r.top_k for r in rows))
         logprobs = _split(flat, [len(r.target_ids) for r in rows])
