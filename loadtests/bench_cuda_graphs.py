@@ -89,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize()
             before = torch.cuda.memory_allocated()
             start = time.perf_counter()
-            graphs = GraphedTrunk(trunk, "cuda", 0, buckets(args.positions,
-                                                            model.config.n_positions))
+            graphs = GraphedTrunk(passes.trunk, "cuda", 0,
+                                  buckets(args.positions, model.config.n_positions),
+                                  keep_states=keep)
             torch.cuda.synchronize()
             took = time.perf_counter() - start
             held = torch.cuda.memory_allocated() - before

@@ -64,18 +64,20 @@ class PaddedReplay:
     def __init__(self, engine: NLLEngine, positions: int):
         self.engine = engine
         self.shapes = buckets(positions, engine.passes.max_positions)
-        self.keep = engine.context_cache is not None
+        self.keep_states = engine.context_cache is not None
         self.replays: list[tuple[int, int]] = []
 
     def bucket(self, rows: int, width: int) -> tuple[int, int] | None:
         return bucket_for(rows, width, self.shapes)
 
-    def __call__(self, ids: torch.Tensor) -> Any:
+    def __call__(self, ids: torch.Tensor) -> tuple[tuple[int, int], Any] | None:
         shape = self.bucket(*ids.shape)
+        if shape is None:
+            return None
         self.replays.append(shape)
         padded = torch.full(shape, self.engine.passes.pad_id, dtype=torch.long)
         padded[: ids.shape[0], : ids.shape[1]] = ids
-        return self.engine.passes.trunk(padded, self.keep)
+        return shape, self.engine.passes.trunk(padded, self.keep_states)
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +112,7 @@ def test_padded_replays_give_the_unpadded_numbers(dialogpt, cache_bytes):
     graphed = NLLEngine(dialogpt.config, loaded=dialogpt, context_cache_bytes=cache_bytes)
     plain = NLLEngine(dialogpt.config, loaded=dialogpt, context_cache_bytes=cache_bytes)
     replay = PaddedReplay(graphed, 512)
-    graphed.passes.graphs, graphed.passes.graphs_keep_states = replay, replay.keep
+    graphed.passes.graphs = replay
     padded = []
     for call in calls(graphed.vocab_size, seed=cache_bytes % 7):
         got, stats = graphed.score_encoded(call)
@@ -127,7 +129,8 @@ def test_padded_replays_give_the_unpadded_numbers(dialogpt, cache_bytes):
 def test_graphs_keeping_no_states_are_not_used_by_passes_that_keep_them(dialogpt):
     engine = NLLEngine(dialogpt.config, loaded=dialogpt, context_cache_bytes=10**9)
     replay = PaddedReplay(NLLEngine(dialogpt.config, loaded=dialogpt), 512)
-    engine.passes.graphs, engine.passes.graphs_keep_states = replay, False
+    assert not replay.keep_states
+    engine.passes.graphs = replay
     engine.score_encoded(calls(engine.vocab_size, seed=2)[0])
     assert replay.replays == []
 

@@ -58,23 +58,27 @@ class GraphedTrunk:
     """A model trunk's passes through captured graphs, one per bucket.
 
     Args:
-        trunk: ids (rows x width, long, on `device`) -> the pass's outputs: hidden states
-            (rows x width x hidden), and whatever else the caller reads (tensors, in any nesting
-            of tuples and lists). Called with shapes of `shapes` only, under the caller's
-            inference mode.
+        trunk: (ids (rows x width, long, on `device`), `keep_states`) -> the pass's outputs:
+            hidden states (rows x width x hidden), and whatever else the caller reads (tensors,
+            in any nesting of tuples and lists), such as every layer's keys and values when
+            `keep_states` (:meth:`~dialscore_server.nll.engine.forward.ForwardPasses.trunk`).
+            Called with shapes of `shapes` only, under the caller's inference mode.
         device: a CUDA device.
         pad_id: the token written in padding slots.
         shapes: the buckets to capture (:func:`buckets`).
+        keep_states: passed to `trunk` at capture, and kept as :attr:`keep_states`: a pass that
+            must keep (or must not keep) its keys and values replays only graphs that do the same.
 
     Capturing runs each shape's pass ``WARMUP_PASSES + 1`` times. A shape whose capture fails
     (an operation a graph cannot hold, such as a host sync) is left out, and its error kept in
     :attr:`failed`, so passes of that shape run eagerly.
     """
 
-    def __init__(self, trunk: Callable[[Any], Any], device: str, pad_id: int,
-                 shapes: list[tuple[int, int]]):
+    def __init__(self, trunk: Callable[[Any, bool], Any], device: str, pad_id: int,
+                 shapes: list[tuple[int, int]], *, keep_states: bool):
         import torch
 
+        self.keep_states = keep_states
         self.pad_id = pad_id
         self.device = device
         self.failed: dict[tuple[int, int], str] = {}
@@ -87,31 +91,32 @@ class GraphedTrunk:
             try:
                 with torch.cuda.stream(side):
                     for _ in range(WARMUP_PASSES):
-                        trunk(ids)
+                        trunk(ids, keep_states)
                 torch.cuda.current_stream(device).wait_stream(side)
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool):
-                    out = trunk(ids)
+                    out = trunk(ids, keep_states)
             except RuntimeError as e:  # not capturable: this shape runs eagerly
                 self.failed[shape] = str(e).splitlines()[0]
                 torch.cuda.synchronize(device)
                 continue
             self._graphs[shape] = (graph, ids, out)
+        self._shapes = list(self._graphs)
 
     @property
     def shapes(self) -> list[tuple[int, int]]:
         """The captured buckets."""
-        return list(self._graphs)
+        return list(self._shapes)
 
     def bucket(self, rows: int, width: int) -> tuple[int, int] | None:
         """The captured bucket a pass of `rows` x `width` replays, or None (eager)."""
-        return bucket_for(rows, width, self.shapes)
+        return bucket_for(rows, width, self._shapes)
 
-    def __call__(self, ids: Any) -> Any | None:
-        """The trunk's outputs for `ids` (rows x width, long, any device) from the smallest
-        captured bucket holding them, shaped as the bucket (rows x width lead every tensor that
-        has them: the pass's are the first ones), valid until the next call. None when no
-        bucket holds them."""
+    def __call__(self, ids: Any) -> tuple[tuple[int, int], Any] | None:
+        """(the bucket replayed, the trunk's outputs) for `ids` (rows x width, long, any device)
+        from the smallest captured bucket holding them. The outputs are shaped as the bucket
+        (rows x width lead every tensor that has them: the pass's are the first ones) and valid
+        until the next call. None when no bucket holds them."""
         shape = self.bucket(*ids.shape)
         if shape is None:
             return None
@@ -122,4 +127,4 @@ class GraphedTrunk:
             static_ids.fill_(self.pad_id)
             static_ids[: ids.shape[0], : ids.shape[1]].copy_(ids)
             graph.replay()
-        return out
+        return shape, out

@@ -272,7 +272,6 @@ class NLLEngine:
                        if cuda_graph_positions and config.family == "causal"
                        and str(self.loaded.device).startswith("cuda") else None)
         self.passes.graphs = self.graphs
-        self.passes.graphs_keep_states = self.context_cache is not None
 
     def _capture(self, positions: int) -> GraphedTrunk:
         """:meth:`ForwardPasses.trunk` captured for every bucket of at most `positions` positions
@@ -280,10 +279,11 @@ class NLLEngine:
         context cache."""
         import torch
 
-        keep, passes = self.context_cache is not None, self.passes
+        passes = self.passes
         with torch.inference_mode():
-            return GraphedTrunk(lambda ids: passes.trunk(ids, keep), self.loaded.device,
-                                passes.pad_id, buckets(positions, passes.max_positions))
+            return GraphedTrunk(passes.trunk, self.loaded.device, passes.pad_id,
+                                buckets(positions, passes.max_positions),
+                                keep_states=self.context_cache is not None)
 
     # ----------------------------------------------------------------------------- lifecycle
     @classmethod

@@ -38,13 +38,12 @@ class ForwardPasses:
             model's position table.
         project: the vocabulary projection.
 
-    Attributes set by the engine after construction (the capture runs :meth:`trunk`):
+    Attribute set by the engine after construction (the capture runs :meth:`trunk`):
         graphs: captured CUDA graphs of :meth:`trunk`
             (:class:`~dialscore_server.nll.engine.cuda_graphs.GraphedTrunk`): a plain causal pass
-            replays one where a bucket holds it and the graphs keep states exactly when the pass
-            has a context cache (`graphs_keep_states`). None: every pass launches its kernels one
-            by one.
-        graphs_keep_states: whether `graphs` output every layer's keys and values.
+            replays one where a bucket holds it and the graphs keep states (their
+            ``keep_states``) exactly when the pass has a context cache. None: every pass
+            launches its kernels one by one.
 
     Each method returns, per item in the order given, the log-probabilities of its target tokens:
     floats, or, when any item of the pass asks for alternatives (``EncodedItem.top_k > 0``),
@@ -62,7 +61,6 @@ class ForwardPasses:
             window, getattr(model.config, "max_position_embeddings", None) or window)
         self.project = project
         self.graphs: GraphedTrunk | None = None
-        self.graphs_keep_states = False
 
     def trunk(self, ids: Any, keep_states: bool) -> tuple[Any, list[tuple[Any, Any]] | None]:
         """The model's trunk (``base_model``) over `ids` (rows x width, long, on the device):
@@ -97,11 +95,12 @@ class ForwardPasses:
             ks += [r.top_k] * len(r.target_ids)
         stats.real_tokens += sum(r.cost for r in rows)
         stats.forward_passes += 1
-        bucket = (self.graphs.bucket(*ids.shape) if self.graphs is not None
-                  and self.graphs_keep_states == (cache is not None) else None)
-        if bucket is not None:
-            stats.padded_tokens += bucket[0] * bucket[1]
-            hidden, kv = self.graphs(ids)
+        graphs = self.graphs
+        replayed = (graphs(ids) if graphs is not None and graphs.keep_states == (cache is not None)
+                    else None)
+        if replayed is not None:
+            (bucket_rows, bucket_width), (hidden, kv) = replayed
+            stats.padded_tokens += bucket_rows * bucket_width
         else:
             stats.padded_tokens += ids.numel()
             hidden, kv = self.trunk(ids.to(device), cache is not None)
