@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -39,6 +40,43 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 logger = logging.getLogger("dialscore.metrics")
 
 Kind = Literal["counter", "gauge", "histogram"]
+
+#: Seconds between re-recordings of every gauge value to Ray. Ray's metrics agent drops a gauge
+#: series that has not been recorded within twice its export interval (20 s at Ray's default
+#: 10 s), and a process re-exports a gauge only when it is recorded again: a gauge set once (the
+#: queue length while requests are held) would vanish from Prometheus while its value holds.
+GAUGE_REFRESH_S = 5.0
+
+#: Every gauge defined, for :func:`refresh_gauges`.
+_GAUGES: list[Metric] = []
+_refresher: threading.Thread | None = None
+_refresher_lock = threading.Lock()
+
+
+def refresh_gauges() -> None:
+    """Record every gauge's current values to Ray again (where it records to Ray), so each
+    series stays exported while its value holds."""
+    for metric in _GAUGES:
+        metric.refresh()
+
+
+def _refresh_forever() -> None:
+    while True:
+        time.sleep(GAUGE_REFRESH_S)
+        refresh_gauges()
+
+
+def _ensure_refresher() -> None:
+    """Start this process's refresher thread (a daemon calling :func:`refresh_gauges` every
+    :data:`GAUGE_REFRESH_S`) unless it runs already."""
+    global _refresher
+    if _refresher is not None:
+        return
+    with _refresher_lock:
+        if _refresher is None:
+            _refresher = threading.Thread(target=_refresh_forever, name="dialscore-gauges",
+                                          daemon=True)
+            _refresher.start()
 
 
 def _in_serve_replica() -> bool:
@@ -74,6 +112,7 @@ class Metric:
             self._prom: Any = _PromCounter(name, doc, self.label_names, registry=REGISTRY)
         elif kind == "gauge":
             self._prom = _PromGauge(name, doc, self.label_names, registry=REGISTRY)
+            _GAUGES.append(self)
         else:
             self._prom = _PromHistogram(name, doc, self.label_names, registry=REGISTRY,
                                         buckets=self.buckets)
@@ -123,6 +162,17 @@ class Metric:
                     self._ray_checked = True
         return self._ray
 
+    def refresh(self) -> None:
+        """A gauge: record each of its series' current values to Ray again (nothing where it
+        does not record to Ray, and nothing for counters and histograms, which Ray keeps)."""
+        if self.kind != "gauge" or self._ray is None:
+            return
+        with self._lock:
+            values = list(self._gauge_values.items())
+        for labels, value in values:
+            child = _Child(self, labels)
+            child._to_ray(lambda m, v=value, c=child: m.set(v, tags=c.tags))
+
     def labels(self, *values: str) -> _Child:
         if len(values) != len(self.label_names):
             raise ValueError(f"{self.name}: expected labels {self.label_names}, got {values}")
@@ -166,6 +216,8 @@ class _Child:
     def _publish(self, value: float) -> None:
         self.metric._prom.labels(*self.values).set(value)
         self._to_ray(lambda m: m.set(value, tags=self.tags))
+        if self.metric._ray is not None:
+            _ensure_refresher()  # keeps the series exported while the value holds
 
     def _to_ray(self, record: Callable[[Any], None]) -> None:
         # A metric must never fail the request it describes: a broken Ray metric is logged
