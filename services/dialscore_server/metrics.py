@@ -170,8 +170,7 @@ class Metric:
         with self._lock:
             values = list(self._gauge_values.items())
         for labels, value in values:
-            child = _Child(self, labels)
-            child._to_ray(lambda m, v=value, c=child: m.set(v, tags=c.tags))
+            _Child(self, labels)._set_in_ray(value)
 
     def labels(self, *values: str) -> _Child:
         if len(values) != len(self.label_names):
@@ -215,9 +214,12 @@ class _Child:
 
     def _publish(self, value: float) -> None:
         self.metric._prom.labels(*self.values).set(value)
-        self._to_ray(lambda m: m.set(value, tags=self.tags))
+        self._set_in_ray(value)
         if self.metric._ray is not None:
             _ensure_refresher()  # keeps the series exported while the value holds
+
+    def _set_in_ray(self, value: float) -> None:
+        self._to_ray(lambda m: m.set(value, tags=self.tags))
 
     def _to_ray(self, record: Callable[[Any], None]) -> None:
         # A metric must never fail the request it describes: a broken Ray metric is logged
