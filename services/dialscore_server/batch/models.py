@@ -4,7 +4,8 @@
 resolved registry entries and serving options of a Serve config's models and classifiers, and its
 request limits. :func:`build_directory` builds each model's engine and serving exactly as the
 model deployments do (the engine class's and the serving's ``from_options``: same chunking,
-caps, runner and lane policy; the runner is plain asyncio, no Serve replica needed).
+caps, runner and lane policy; the runner is plain asyncio, no Serve replica needed), then
+freezes the worker's heap as a replica does (:func:`~dialscore_server.heap.freeze_loaded_heap`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dialscore_server.contract.engine import engine_class
 from dialscore_server.contract.limits import Limits
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.directory import ModelDirectory
+from dialscore_server.heap import freeze_loaded_heap
 
 
 @dataclass
@@ -43,4 +45,6 @@ def build_directory(models: JobModels) -> ModelDirectory:
                        opts, cfg.name)
                    for cfg, opts in models.classifiers}
     reranker = RerankServing(classifiers, nll) if classifiers else None
-    return ModelDirectory(nll, classifiers, reranker, limits=models.limits)
+    directory = ModelDirectory(nll, classifiers, reranker, limits=models.limits)
+    freeze_loaded_heap()
+    return directory
