@@ -118,14 +118,17 @@ class VocabularyProjection:
 
 def _top_k(lp, counts: Sequence[int]) -> list[Alternatives | None]:
     """Per row of the log-probabilities `lp`, its ``counts[row]`` most probable tokens (None for 0):
-    one ``topk`` over the rows that ask, at their largest count, then cut per row."""
+    one ``topk`` over the rows that ask, at their largest count, then cut per row. When every row
+    asks (a completions prompt's positions), the rows are `lp` itself, not a copy of it."""
     import torch
 
     rows = [r for r, k in enumerate(counts) if k > 0]
     out: list[Alternatives | None] = [None] * len(counts)
     if not rows:
         return out
-    values, ids = lp[torch.tensor(rows, device=lp.device)].topk(max(counts[r] for r in rows), dim=-1)
+    asking = lp if len(rows) == len(counts) else lp.index_select(
+        0, torch.tensor(rows, device=lp.device))
+    values, ids = asking.topk(max(counts[r] for r in rows), dim=-1)
     for r, v, i in zip(rows, values.tolist(), ids.tolist()):
         k = counts[r]
         out[r] = Alternatives(tuple(i[:k]), tuple(v[:k]))
