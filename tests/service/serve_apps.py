@@ -33,6 +33,16 @@ REQUEST_DEADLINE_S = 500.0
 ONE_THREAD = {"num_cpus": 0.2, "num_threads": 1}
 
 
+def running_replicas(app: str | None = None, deployment: str | None = None) -> list[str]:
+    """The actor names of the Serve replicas in state RUNNING, of `app` and of `deployment` where
+    given, sorted (a replacement has a new name), as Serve's controller lists them
+    (:func:`dialscore_server.compat.serve_replicas`) on the Ray this process is connected to."""
+    from dialscore_server.compat import serve_replicas
+
+    return sorted(r["actor_name"] for r in serve_replicas() if r["state"] == "RUNNING"
+                  and app in (None, r["app"]) and deployment in (None, r["deployment"]))
+
+
 class Served:
     """A Serve application on loopback: its base URL, the arguments it was built from and, for
     the session's app, the URL of Serve's proxy behind its front door."""

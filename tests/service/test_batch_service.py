@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.serve, pytest.mark.slow]
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "batch"))
 from batch_kit import read_output, run_batch_command, write_lines  # noqa: E402
+from serve_apps import running_replicas  # noqa: E402
 
 CONTEXTS = [["Hello, how are you?", "Fine, thanks. And you?"], ["Where do you live?"]]
 TARGETS = ["I am well.", "Not bad at all.", "In a small town by the sea."]
@@ -89,14 +90,6 @@ def differences(a: Any, b: Any, tol: float, path: str = "") -> list[str]:
     return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
-def serve_replicas() -> list[str]:
-    """The names of the Serve replica actors alive now (a replacement has a new name)."""
-    import ray
-
-    named = ray.util.list_named_actors(all_namespaces=True)
-    return sorted(a["name"] for a in named if a["name"].startswith("SERVE_REPLICA"))
-
-
 def answered(served, root: Path, lines: list[dict[str, Any]]):
     """The request file of `lines`, a Serve config of the served app's models, and the service's
     answers, asked one at a time in file order."""
@@ -143,14 +136,14 @@ def test_batch_job_on_ray_data_answers_as_the_service(fresh_job_input, tmp_path)
     import ray
 
     src, config, expected = fresh_job_input
-    replicas = serve_replicas()
+    replicas = running_replicas()
     done = run_batch_command(
         ["-i", str(src), "-o", str(tmp_path / "out.jsonl"), "--config", str(config),
          "--address", ray.get_runtime_context().gcs_address, "--concurrency", "1",
          "--num-cpus", "0.2", "--batch-size", "1", "--no-progress",
          "--summary-json", str(tmp_path / "s.json")])
     assert done.returncode == 0, done.stderr[-3000:]
-    assert serve_replicas() == replicas  # the job started and stopped only its own actors
+    assert running_replicas() == replicas  # the job started and stopped only its own actors
     check_output(tmp_path / "out.jsonl", tmp_path / "s.json", expected, tol=1e-6)
 
 

@@ -12,9 +12,9 @@ construction), then lets everything through. No outcome depends on how fast the 
 the times printed are information.
 
 Only the deployments `victim` and `victim-nli` of this module's app are killed, so the session's
-shared app is unaffected. Replicas are found with `ray.util.list_named_actors` (Serve names them
-``SERVE_REPLICA::<app>#<deployment>#<id>`` in namespace "serve"): the state API
-(`ray.util.state.list_actors`) needs the dashboard, which the test session does not start.
+shared app is unaffected. Replicas are found as Serve's controller lists them
+(``serve_apps.running_replicas``): the state API (`ray.util.state.list_actors`) needs the
+dashboard, which the test session does not start.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import ray
 from dialscore.client import DialscoreClient
 from gated_engines import open_gate
 from probe_checks import RETRY, Answer, Answers, assert_retryable, assert_scored_once, probe_run
-from serve_apps import ONE_THREAD, app_args, deploy_app
+from serve_apps import ONE_THREAD, app_args, deploy_app, running_replicas
 from waiting import InBackground, wait_until
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
@@ -46,8 +46,7 @@ OPEN = 10**6
 
 
 def replicas(deployment: str) -> list[str]:
-    return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                  if a["namespace"] == "serve" and a["name"].startswith(f"SERVE_REPLICA::{APP}#{deployment}#"))
+    return running_replicas(APP, deployment)
 
 
 def kill_replica(deployment: str) -> str:

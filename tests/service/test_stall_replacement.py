@@ -12,7 +12,7 @@ the old replica is gone the test opens the gate and the replacement serves.
 No outcome depends on how fast the machine is: the call is held until the test opens the gate,
 which it does only after the replacement, so it is at work beyond any stall bound however slow
 the machine; every wait is a hang guard (HANG_S). Without the stall bound the replica stays
-listed and the test fails at that wait.
+running, as Serve's controller lists replicas, and the test fails at that wait.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import ray
 
 from gated_engines import open_gate
 from probe_checks import Answer, assert_retryable
-from serve_apps import ONE_THREAD, app_args, deploy_app
+from serve_apps import ONE_THREAD, app_args, deploy_app, running_replicas
 from waiting import InBackground, wait_until
 
 #: A hang guard for every wait (three failed checks 10 s apart, Serve's graceful shutdown of the
@@ -46,9 +46,7 @@ OPEN = 10**6
 
 
 def replicas() -> list[str]:
-    return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                  if a["namespace"] == "serve"
-                  and a["name"].startswith(f"SERVE_REPLICA::{APP}#{DEPLOYMENT}#"))
+    return running_replicas(APP, DEPLOYMENT)
 
 
 @pytest.fixture(scope="module")
