@@ -18,7 +18,9 @@ log-probabilities gathered and summed, and whether each is the greedy token. No 
 in it.
 
 Engines: one with the context cache on and one with it off, at each of `--token-budgets` (default:
-the engine's own budget), with `cuda_graph_positions` `--graph-positions` on a CUDA device. Each
+the engine's own budget) and each of `--pass-limits` (``overhead:waste`` pairs, e.g.
+``32:0.03,1024:0.25``; default: the device's, ``PassLimits``), with `cuda_graph_positions`
+`--graph-positions` on a CUDA device. Each
 method runs `--rounds` times after one warm-up round (the cache-on engine's cache emptied before
 each round): with `--heap both`, first with the process's heap as loading left it, then frozen as
 a replica freezes it (:func:`dialscore_server.heap.freeze_loaded_heap`); with `--heap frozen`,
@@ -157,6 +159,9 @@ def main() -> None:
     ap.add_argument("--token-budgets", default="",
                     help="comma-separated token budgets: a cache-on and a cache-off engine for "
                     "each (default: one pair at the engine's default budget)")
+    ap.add_argument("--pass-limits", default="",
+                    help="comma-separated overhead:waste pairs (PassLimits): a cache-on and a "
+                    "cache-off engine for each (default: the device's limits)")
     ap.add_argument("--heap", choices=("both", "frozen"), default="both",
                     help="both: every method with the heap as loaded, then frozen")
     ap.add_argument("--out", type=Path, default=Path("profile-lm-eval"))
@@ -166,6 +171,7 @@ def main() -> None:
     from dialscore_server.checkpoints.loading import load_model
     from dialscore_server.heap import freeze_loaded_heap
     from dialscore_server.nll.engine.engine import NLLEngine
+    from dialscore_server.scheduling.planner import PassLimits
 
     config = model_config(checkpoint(args.model), device=args.device)
     loaded = load_model(config)
@@ -175,11 +181,15 @@ def main() -> None:
     calls = [[p for req in group for p, _ in req] for group in chunks(requests, args.merge)]
     graphs = args.graph_positions if args.device.startswith("cuda") else 0
     budgets: list[int | None] = [int(b) for b in args.token_budgets.split(",") if b] or [None]
+    limits: list[PassLimits | None] = [
+        PassLimits(int(pair.split(":")[0]), float(pair.split(":")[1]))
+        for pair in args.pass_limits.split(",") if pair] or [None]
     engines = {
-        f"cache {state}" + (f" @{budget}" if budget else ""): NLLEngine(
+        f"cache {state}" + (f" @{budget}" if budget else "")
+        + (f" limits {lim.overhead_tokens}:{lim.max_waste:g}" if lim else ""): NLLEngine(
             config, loaded, token_budget=budget, context_cache_bytes=cache_bytes,
-            cuda_graph_positions=graphs)
-        for budget in budgets for state, cache_bytes in (("on", None), ("off", 0))}
+            cuda_graph_positions=graphs, pass_limits=lim)
+        for budget in budgets for lim in limits for state, cache_bytes in (("on", None), ("off", 0))}
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     runs = {"padded": padded(loaded.model, args.device, pad, requests),
             **{name: engine_round(e, calls) for name, e in engines.items()}}

@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from dialscore_server.scheduling.planner import (
-    MAX_PASS_WASTE, MIN_PASS_TOKENS, PASS_OVERHEAD_TOKENS, BatchStats, SharedPrefixGroup, chunk_passes, common_prefix,
-    pack, share_prefixes,
+    CPU_PASS_LIMITS, GPU_PASS_LIMITS, MAX_PASS_WASTE, MIN_PASS_TOKENS, PASS_OVERHEAD_TOKENS,
+    BatchStats, PassLimits, SharedPrefixGroup, chunk_passes, common_prefix, pack,
+    pass_limits_for, share_prefixes,
 )
 
 Seq = tuple[int, ...]
@@ -104,6 +105,29 @@ def test_chunk_passes_waste_rule_applies_once_a_pass_holds_enough_tokens():
     # (5 rows padded by 6 = 30 slots), not beyond it (5 × 7 = 35).
     assert [len(p) for p in chunk_passes([10] * 5 + [16], lambda n: n, big, 0, big)] == [6]
     assert [len(p) for p in chunk_passes([10] * 5 + [17], lambda n: n, big, 0, big)] == [5, 1]
+
+
+def test_the_padding_rules_are_the_limits_given():
+    """The same rows, cut by the CPU's limits and by looser ones: a row of 17 after five of 10
+    pads 35 slots (> 32, < 64); a row of 11 after thirty of 10 pads 9% (> 3%, < 25%)."""
+    big = 10**6
+    loose = PassLimits(overhead_tokens=64, max_waste=0.25)
+    assert CPU_PASS_LIMITS == PassLimits(PASS_OVERHEAD_TOKENS, MAX_PASS_WASTE)
+    for rows, cpu in (([10] * 5 + [17], [5, 1]), ([10] * 30 + [11], [30, 1])):
+        assert [len(p) for p in chunk_passes(rows, lambda n: n, big, 0, big)] == cpu
+        assert [len(p) for p in chunk_passes(rows, lambda n: n, big, 0, big, loose)] == [len(rows)]
+    lengths = [10, 10, 10, 10, 19]  # the fifth pads 36 slots
+    assert pack(list(range(5)), rows_times_longest(lengths), big,
+                length=lengths.__getitem__) == [[0, 1, 2, 3], [4]]
+    assert pack(list(range(5)), rows_times_longest(lengths), big, length=lengths.__getitem__,
+                limits=loose) == [[0, 1, 2, 3, 4]]
+
+
+def test_a_gpu_pass_takes_more_padding_than_a_cpu_pass():
+    assert pass_limits_for("cpu") == CPU_PASS_LIMITS
+    assert pass_limits_for("cuda") == pass_limits_for("cuda:1") == GPU_PASS_LIMITS
+    assert GPU_PASS_LIMITS.overhead_tokens > CPU_PASS_LIMITS.overhead_tokens
+    assert GPU_PASS_LIMITS.max_waste > CPU_PASS_LIMITS.max_waste
 
 
 def test_chunk_passes_kv_rule_counts_the_prefix_width():

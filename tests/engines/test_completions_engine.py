@@ -129,3 +129,28 @@ def test_prompt_errors(engine):
         engine.encode_prompt([10 ** 7], append_next=False, top_k=1)
     with pytest.raises(InputError, match="no tokens"):
         engine.encode_prompt("", append_next=True, top_k=1)
+
+
+def test_gpu_pass_limits_run_fewer_passes_with_the_same_numbers(engine):
+    """Prompts sharing contexts of several lengths, as lm-eval sends a multiple-choice task's
+    options: the GPU's pass limits (here on CPU) cut them into fewer passes, with each token's
+    log-probability and alternatives equal to the CPU limits' to float rounding."""
+    from dialscore_server.scheduling.planner import GPU_PASS_LIMITS
+
+    rng = random.Random(5)
+    vocab = engine.model.get_input_embeddings().weight.shape[0]
+    batch = []
+    for _ in range(12):
+        context = [rng.randrange(vocab) for _ in range(rng.randint(20, 120))]
+        batch += [context + [rng.randrange(vocab) for _ in range(rng.randint(3, 30))]
+                  for _ in range(4)]
+    gpu = NLLEngine(engine.config, loaded=engine.loaded, token_budget=4096,
+                    pass_limits=GPU_PASS_LIMITS)
+    (cpu_results, cpu_stats), (gpu_results, gpu_stats) = (
+        e.score_encoded([e.encode_prompt(p, append_next=True, top_k=2) for p in batch])
+        for e in (engine, gpu))
+    assert gpu_stats.forward_passes < cpu_stats.forward_passes, (gpu_stats, cpu_stats)
+    for a, b in zip(cpu_results, gpu_results):
+        assert a.token_ids == b.token_ids
+        assert a.token_nlls == pytest.approx(b.token_nlls, rel=TOL, abs=TOL)
+        assert [x.ids for x in a.alternatives] == [x.ids for x in b.alternatives]

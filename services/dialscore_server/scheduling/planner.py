@@ -4,7 +4,8 @@ token tuples only (no torch, no model).
 * :func:`pack` cuts a sorted sequence into the longest runs a token budget allows (the NLL
   engine's batches and prefix passes, the NLI classifier's batches).
 * :func:`chunk_passes` cuts length-sorted continuation rows of a shared-prefix batch into passes
-  under the token budget, the key/value budget and the padding-waste rule.
+  under the token budget, the key/value budget and the padding rules of :class:`PassLimits`
+  (what a pass costs beyond its positions, on CPU or on a GPU: :func:`pass_limits_for`).
 * :func:`share_prefixes` groups token sequences that start alike, so that each group's common
   prefix is computed once (:class:`SharedPrefixGroup`).
 * :func:`chain_hosts` finds, for each token sequence, a longer one that starts with it, whose
@@ -40,6 +41,31 @@ MIN_PASS_TOKENS = 256
 #: few real tokens the pass holds (:func:`pads_past_a_pass`). Measured effect:
 #: docs/benchmarks/lm-eval.md.
 PASS_OVERHEAD_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class PassLimits:
+    """The padding rules that end a pass besides the budgets: a length-sorted row that would add
+    more than `overhead_tokens` padding slots to the pass being formed starts the next one
+    (:func:`pads_past_a_pass`; a pass's own cost beyond its positions, in positions), and so does
+    one that would push its padding above `max_waste` of its positions once it holds
+    MIN_PASS_TOKENS real tokens (continuation passes, :func:`chunk_passes`)."""
+
+    overhead_tokens: int = PASS_OVERHEAD_TOKENS
+    max_waste: float = MAX_PASS_WASTE
+
+
+#: On CPU a pass costs little beyond its positions' arithmetic.
+CPU_PASS_LIMITS = PassLimits()
+#: On a CUDA device a pass's kernel launches cost as much as hundreds of positions' arithmetic: on
+#: lm-eval's MuTual requests at DialoGPT-medium's shapes on an H200, these limits ran 28 passes
+#: where the CPU's ran 72, in 1.28x less time (docs/benchmarks/lm-eval.md#pass-limits).
+GPU_PASS_LIMITS = PassLimits(overhead_tokens=1024, max_waste=0.25)
+
+
+def pass_limits_for(device: str) -> PassLimits:
+    """The pass limits for a model on `device` (``cpu``, ``cuda``, ``cuda:1``...)."""
+    return CPU_PASS_LIMITS if str(device).startswith("cpu") else GPU_PASS_LIMITS
 
 
 @dataclass(frozen=True)
@@ -117,18 +143,21 @@ class BatchStats:
         return max(0, self.item_tokens - self.real_tokens)
 
 
-def pads_past_a_pass(rows: int, longest: int, length: int) -> bool:
+def pads_past_a_pass(rows: int, longest: int, length: int,
+                     overhead: int = PASS_OVERHEAD_TOKENS) -> bool:
     """Whether a row of `length` positions joining a pass of `rows` rows padded to `longest` pads
-    them by more than PASS_OVERHEAD_TOKENS slots in all (a pass of its own would cost less)."""
-    return rows * (length - longest) > PASS_OVERHEAD_TOKENS
+    them by more than `overhead` slots in all (a pass of its own would cost less)."""
+    return rows * (length - longest) > overhead
 
 
 def pack(ordered: Sequence[T], cost: Callable[[list[T]], int], budget: int,
-         length: Callable[[T], int] | None = None) -> list[list[T]]:
+         length: Callable[[T], int] | None = None,
+         limits: PassLimits = CPU_PASS_LIMITS) -> list[list[T]]:
     """Cut `ordered` into consecutive runs, each as long as ``cost(run) <= budget`` allows; a first
     element that alone exceeds the budget still forms its own run. With `length` (the positions
     an element takes in its pass, `ordered` ascending in it), a run also ends where the next
-    element would pad it past a pass's overhead (:func:`pads_past_a_pass`).
+    element would pad it past a pass's overhead (:func:`pads_past_a_pass` at
+    ``limits.overhead_tokens``).
 
     Greedy: a run grows until the next element would push its cost over the budget. `cost` is
     called on every trial run, so it should be cheap (the callers' costs are rows × longest row).
@@ -139,7 +168,8 @@ def pack(ordered: Sequence[T], cost: Callable[[list[T]], int], budget: int,
     for x in ordered:
         trial = current + [x]
         n = length(x) if length is not None else 0
-        if current and (cost(trial) > budget or pads_past_a_pass(len(current), longest, n)):
+        if current and (cost(trial) > budget
+                        or pads_past_a_pass(len(current), longest, n, limits.overhead_tokens)):
             runs.append(current)
             trial, longest = [x], 0
         current = trial
@@ -150,19 +180,19 @@ def pack(ordered: Sequence[T], cost: Callable[[list[T]], int], budget: int,
 
 
 def chunk_passes(rows: Sequence[T], length: Callable[[T], int], budget: int, prefix_width: int,
-                 kv_budget: int) -> list[list[T]]:
+                 kv_budget: int, limits: PassLimits = CPU_PASS_LIMITS) -> list[list[T]]:
     """Cut length-sorted continuation rows into passes: rows × longest ≤ `budget`, rows × (prefix
     width + longest) ≤ `kv_budget`, no row padding the rows before it past a pass's overhead
-    (:func:`pads_past_a_pass`), and padding ≤ MAX_PASS_WASTE once a pass holds MIN_PASS_TOKENS
-    real tokens (a single row always forms a pass)."""
+    (:func:`pads_past_a_pass` at ``limits.overhead_tokens``), and padding ≤ ``limits.max_waste``
+    once a pass holds MIN_PASS_TOKENS real tokens (a single row always forms a pass)."""
     out: list[list[T]] = []
     current: list[T] = []
     longest = real = 0
     for r in rows:
         w = max(longest, length(r))
         n = len(current) + 1
-        wasteful = (real >= MIN_PASS_TOKENS and 1 - (real + length(r)) / (n * w) > MAX_PASS_WASTE
-                    or pads_past_a_pass(n - 1, longest, length(r)))
+        wasteful = (real >= MIN_PASS_TOKENS and 1 - (real + length(r)) / (n * w) > limits.max_waste
+                    or pads_past_a_pass(n - 1, longest, length(r), limits.overhead_tokens))
         if current and (n * w > budget or n * (prefix_width + w) > kv_budget or wasteful):
             out.append(current)
             current, w, real = [], length(r), 0

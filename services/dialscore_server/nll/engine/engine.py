@@ -94,8 +94,8 @@ from typing import TYPE_CHECKING, Any
 
 from dialscore.model_card import ModelCard
 from dialscore_server.scheduling.planner import (
-    KV_BUDGET_FACTOR, MIN_SHARED_PREFIX, BatchStats, SharedPrefixGroup, chain_hosts, pack,
-    share_prefixes,
+    KV_BUDGET_FACTOR, MIN_SHARED_PREFIX, BatchStats, PassLimits, SharedPrefixGroup, chain_hosts,
+    pack, pass_limits_for, share_prefixes,
 )
 from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_threads
 from dialscore_server.checkpoints.registry import ModelConfig
@@ -212,13 +212,20 @@ class NLLEngine:
             construction, and replay them for passes they hold. Numbers change only by float
             rounding. 0 (the default here): no graphs; ignored on CPU and for seq2seq models.
             The service passes ``serving.cuda_graph_positions``.
+        pass_limits: the padding rules that end a pass besides the token budget
+            (:class:`~dialscore_server.scheduling.planner.PassLimits`): for plain passes, prefix
+            passes and continuation passes. Default (None): by device
+            (:func:`~dialscore_server.scheduling.planner.pass_limits_for`: on a GPU a pass may take
+            more padding, since another pass costs more there). Same numbers either way, to
+            float rounding.
     """
 
     def __init__(self, config: ModelConfig, loaded: LoadedModel | None = None, *,
                  token_budget: int | None = None, num_threads: int | None = None,
                  projection_chunk: int | None = None, prefix_reuse: bool = True,
                  min_shared_prefix: int = MIN_SHARED_PREFIX, fast_kernels: bool = True,
-                 context_cache_bytes: int | None = 0, cuda_graph_positions: int = 0):
+                 context_cache_bytes: int | None = 0, cuda_graph_positions: int = 0,
+                 pass_limits: PassLimits | None = None):
         if config.family not in ("causal", "seq2seq"):
             raise ValueError(f"model {config.name!r} is a {config.family}; the NLL engine scores "
                              "causal and seq2seq models")
@@ -238,6 +245,7 @@ class NLLEngine:
             token_budget = default_token_budget(self.loaded.device,
                                                 getattr(self.model.config, "hidden_size", 1024))
         self.token_budget = token_budget
+        self.pass_limits = pass_limits or pass_limits_for(self.loaded.device)
         self.fast_kernels = fast_kernels
         self.kernels: dict[str, Any] = {}
         if fast_kernels:
@@ -267,7 +275,7 @@ class NLLEngine:
             self.model, self.loaded.device,
             pad_id=tok.pad_token_id if tok.pad_token_id is not None else self.encoder.eos_id,
             decoder_prefix=self.encoder.decoder_prefix, window=config.max_length,
-            project=self.projection)
+            project=self.projection, pass_limits=self.pass_limits)
         self.graphs = (self._capture(cuda_graph_positions)
                        if cuda_graph_positions and config.family == "causal"
                        and str(self.loaded.device).startswith("cuda") else None)
@@ -566,7 +574,8 @@ class NLLEngine:
 
         if self.config.family == "causal":
             order = sorted(range(len(encoded)), key=lambda i: encoded[i].cost)
-            return pack(order, cost, self.token_budget, length=lambda i: encoded[i].cost)
+            return pack(order, cost, self.token_budget, length=lambda i: encoded[i].cost,
+                        limits=self.pass_limits)
         order = sorted(range(len(encoded)),
                        key=lambda i: (len(encoded[i].source_ids), encoded[i].source_ids,
                                       len(encoded[i].target_ids)))
@@ -611,4 +620,5 @@ class NLLEngine:
         with_cache = [g for g, c in zip(groups, cached) if c]
         without = [g for g, c in zip(groups, cached) if not c]
         return [run for part in (with_cache, without)
-                for run in pack(order(part), cost, self.token_budget, length=left.__getitem__)]
+                for run in pack(order(part), cost, self.token_budget, length=left.__getitem__,
+                                limits=self.pass_limits)]

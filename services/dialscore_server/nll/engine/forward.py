@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dialscore_server.scheduling.planner import KV_BUDGET_FACTOR, BatchStats, SharedPrefixGroup, chunk_passes
+from dialscore_server.scheduling.planner import (
+    CPU_PASS_LIMITS, KV_BUDGET_FACTOR, BatchStats, PassLimits, SharedPrefixGroup, chunk_passes,
+)
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.nll.engine.encoding import EncodedItem
 from dialscore_server.nll.engine.context_cache import ContextCache
@@ -37,6 +39,8 @@ class ForwardPasses:
         window: the registry's ``max_length``; continuation position ids stay below it and the
             model's position table.
         project: the vocabulary projection.
+        pass_limits: the padding rules that cut continuation passes
+            (:class:`~dialscore_server.scheduling.planner.PassLimits`).
 
     Attribute set by the engine after construction (the capture runs :meth:`trunk`):
         graphs: captured CUDA graphs of :meth:`trunk`
@@ -52,8 +56,9 @@ class ForwardPasses:
     """
 
     def __init__(self, model: Any, device: str, *, pad_id: int, decoder_prefix: tuple[int, ...],
-                 window: int, project: Projection):
+                 window: int, project: Projection, pass_limits: PassLimits = CPU_PASS_LIMITS):
         self.model = model
+        self.pass_limits = pass_limits
         self.device = device
         self.pad_id = pad_id
         self.decoder_prefix = decoder_prefix
@@ -291,7 +296,8 @@ class ForwardPasses:
         post: dict[int, list[float]] = {}
         conts.sort(key=lambda c: len(seqs[c[0]]) - c[2])
         for planned in chunk_passes(conts, lambda c: len(seqs[c[0]]) - c[2], token_budget,
-                                    past_width + width, KV_BUDGET_FACTOR * token_budget):
+                                    past_width + width, KV_BUDGET_FACTOR * token_budget,
+                                    self.pass_limits):
             live = set(guard.keep([i for i, _, _ in planned]))
             chunk = [c for c in planned if c[0] in live]
             if not chunk:
