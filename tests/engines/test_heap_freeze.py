@@ -58,7 +58,8 @@ def test_garbage_is_collected_first_and_what_lives_is_frozen(collector):
 
     assert gone() is None, "a cycle that was garbage was frozen instead of collected"
     assert frozen(alive)
-    assert count == gc.get_freeze_count() > 0
+    # Frozen objects freed since (by reference counting, on any thread) leave the count.
+    assert count >= gc.get_freeze_count() > 0
     assert not frozen(Node()), "an object made after the freeze is frozen"
 
 
