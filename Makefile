@@ -56,10 +56,11 @@ demo: $(STAMP)
 
 # The client's tests where only the client is installed (run from tests/: the repository root
 # holds the server's editable-install metadata, which Python would see from there), then
-# everything else.
+# everything else, listing its 30 slowest tests (setup included) so that a CI log shows where
+# the run's time goes.
 test: $(STAMP) $(CLIENT_STAMP)
 	cd tests && HF_HUB_OFFLINE=1 DIALSCORE_CLIENT_ONLY=1 $(CURDIR)/$(CLIENT_PY) -m pytest client
-	HF_HUB_OFFLINE=1 $(PY) -m pytest --ignore=tests/client
+	HF_HUB_OFFLINE=1 $(PY) -m pytest --ignore=tests/client --durations=30
 
 # The inner loop: everything but the tests marked slow (own apps, training, cluster, soak).
 test-fast: $(STAMP)
