@@ -105,7 +105,7 @@ from dialscore_server.nll.engine.cuda_graphs import GraphedTrunk, buckets
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLEncoder, NLLItem
 from dialscore_server.nll.engine.forward import ForwardPasses, cached_prefix
 from dialscore_server.nll.engine.prompts import check_vocabulary, encode_prompt
-from dialscore_server.nll.tokenizer.serving import TokenizerInfo
+from dialscore_server.nll.engine.tokenizer_info import TokenizerInfo
 from dialscore_server.nll.engine.layout import Pieces
 from dialscore_server.nll.engine.projection import (
     Alternatives, ScoredPosition, VocabularyProjection, default_projection_chunk,

@@ -22,7 +22,8 @@ from pydantic import ConfigDict, Field
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.limits import Limits, too_many
 from dialscore_server.contract.schema import APIModel, Text, limited
-from dialscore_server.nll.tokenizer.serving import TokenizerCall, TokenizerInfo
+from dialscore_server.nll.engine.tokenizer_info import TokenizerInfo
+from dialscore_server.nll.tokenizer.serving import TokenizerCall
 
 ModelField = Field(None, description="A dialogue model from GET /v1/models; may be omitted "
                    "where the deployment serves only one.")

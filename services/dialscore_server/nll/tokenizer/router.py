@@ -15,7 +15,8 @@ from dialscore_server.nll.tokenizer.protocol import (
     DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse,
     TokenizerInfoResponse,
 )
-from dialscore_server.nll.tokenizer.serving import TokenizerCall, TokenizerInfo
+from dialscore_server.nll.engine.tokenizer_info import TokenizerInfo
+from dialscore_server.nll.tokenizer.serving import TokenizerCall
 
 
 def build_router(gw: NLLBackend) -> APIRouter:

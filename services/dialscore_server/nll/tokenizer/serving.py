@@ -16,22 +16,7 @@ from typing import Literal, Protocol
 
 from dialscore_server.contract.errors import InputError
 from dialscore_server.contract.reply import Reply
-
-
-@dataclass(frozen=True)
-class TokenizerInfo:
-    """What GET /tokenizer_info reports of a model's tokenizer: its special tokens as strings
-    (None where it has none), the eos id, its class name, the vocabulary size (ids 0..vocab_size-1 are
-    accepted) and the model's window in tokens (`max_model_len`)."""
-
-    tokenizer_class: str
-    eos_token: str | None
-    bos_token: str | None
-    pad_token: str | None
-    unk_token: str | None
-    eos_token_id: int | None
-    vocab_size: int
-    max_model_len: int
+from dialscore_server.nll.engine.tokenizer_info import TokenizerInfo
 
 
 class TextTokenizer(Protocol):
