@@ -38,12 +38,13 @@ import importlib.util
 import io
 import json
 import pstats
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtests.common import ROOT, SHARED_DATA, checkpoint, model_config, parser, quiet_torch
+from loadtests.common import (
+    ROOT, SHARED_DATA, checkpoint, model_config, parser, quiet_torch, timed,
+)
 
 TASK_UTILS = ROOT / "loadtests" / "lm_eval_tasks" / "mutual_dev" / "utils.py"
 
@@ -126,23 +127,12 @@ def engine_round(engine: Any, calls: list[list[list[int]]]) -> Callable[[], dict
     return run
 
 
-def timed(run: Callable[[], Any], rounds: int, device: str) -> tuple[float, Any]:
-    """(fastest of `rounds` wall seconds, that round's result), after one warm-up round."""
-    import torch
-
-    def sync() -> None:
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-
-    run()
-    sync()
-    best: tuple[float, Any] = (float("inf"), None)
-    for _ in range(rounds):
-        t = time.perf_counter()
-        result = run()
-        sync()
-        best = min(best, (time.perf_counter() - t, result), key=lambda b: b[0])
-    return best
+def fastest_round(run: Callable[[], Any], rounds: int, device: str) -> tuple[float, Any]:
+    """(fastest of `rounds` wall seconds, that round's result), after one warm-up round; each
+    round timed by :func:`loadtests.common.timed` (synchronised on a GPU)."""
+    timed(run, device)
+    result, seconds = min((timed(run, device) for _ in range(rounds)), key=lambda r: r[1])
+    return seconds, result
 
 
 def main() -> None:
@@ -202,7 +192,7 @@ def main() -> None:
         if heap == "frozen":
             summary["frozen_objects"] = freeze_loaded_heap()
         for name, run in runs.items():
-            seconds, result = timed(run, args.rounds, args.device)
+            seconds, result = fastest_round(run, args.rounds, args.device)
             summary["methods"][f"{name}, {heap}"] = {"s": round(seconds, 4), "work": result}
             print(f"{name:>10}, {heap}: {seconds:.3f} s  {result}", flush=True)
     for key, method in summary["methods"].items():
@@ -214,9 +204,7 @@ def main() -> None:
     on = runs[next(iter(engines))]
     prof = cProfile.Profile()
     prof.enable()
-    on()
-    if args.device.startswith("cuda"):
-        torch.cuda.synchronize()
+    timed(on, args.device)
     prof.disable()
     text = io.StringIO()
     stats = pstats.Stats(prof, stream=text)
@@ -228,9 +216,7 @@ def main() -> None:
     activities = [ProfilerActivity.CPU] + (
         [ProfilerActivity.CUDA] if args.device.startswith("cuda") else [])
     with profile(activities=activities) as tp:
-        on()
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
+        timed(on, args.device)
     table = tp.key_averages()
     parts = [table.table(sort_by="self_cpu_time_total", row_limit=30)]
     if args.device.startswith("cuda"):
