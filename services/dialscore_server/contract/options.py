@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dialscore_server.scheduling.engine_thread import EnginePriority
 from dialscore_server.scheduling.lanes import BULK_EVERY, LanePolicy
 
 
@@ -139,6 +140,16 @@ class ServingOptions(BaseModel):
         "a minute on 2 CPU cores, so the default leaves a tenfold margin; lower it on GPUs to "
         "replace a hung replica sooner. null: never (an engine call at work always "
         "passes the check).")
+    engine_priority: EnginePriority = Field(
+        "normal", description="The CPU priority of the replica's engine calls, on Linux: the "
+        "thread that runs them and PyTorch's CPU threads it starts. `normal`: the replica "
+        "process's own (Ray starts workers at nice 15). `low`: nice 19. `idle`: Linux's "
+        "SCHED_IDLE policy, below every nice value: the engine computes on CPU time other "
+        "processes on the node leave, and still progresses when they want it all (a small "
+        "share, never none). For a model's bulk pool (`bulk_pool`), so that bulk work yields "
+        "the node's cores to the interactive replicas, the proxy and the gateway; a replica "
+        "serving interactive requests keeps `normal`. It is never raised again (raising it "
+        "needs privileges), does not change GPU scheduling, and is ignored off Linux.")
 
     def lane_policy(self, chunk: int) -> LanePolicy:
         """The priority-lane policy of this model's replicas, where `chunk` is the size of its

@@ -24,6 +24,7 @@ from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult, plan_pairs
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk
+from dialscore_server.scheduling.engine_thread import EnginePriority
 from dialscore_server.scheduling.lanes import LanePolicy
 from dialscore_server.scheduling.serving import ChunkedServing, RunnerFactory, merged, one_at_a_time
 
@@ -109,11 +110,13 @@ class ContradictionServing:
     the card's name); `runner` is how chunks meet the engine
     (:mod:`dialscore_server.scheduling.serving`); `lanes` the priority-lane policy (default: lanes
     on, a request of more than one chunk's pairs served in the bulk lane); `stall_s` and `clock`
-    the health check's bound on an engine call at work (:meth:`check_health`)."""
+    the health check's bound on an engine call at work (:meth:`check_health`); `priority` the
+    engine thread's CPU priority."""
 
     def __init__(self, engine: Detector, *, max_batch_pairs: int, chunk_pairs: int = CHUNK_PAIRS,
                  model: str = "", runner: RunnerFactory = one_at_a_time,
                  lanes: LanePolicy | None = None, stall_s: float | None = None,
+                 priority: EnginePriority = "normal",
                  clock: Callable[[], float] = time.monotonic):
         self.engine = engine
         self.max_batch_pairs = max_batch_pairs
@@ -123,7 +126,7 @@ class ContradictionServing:
         self.chunks: ChunkedServing[Work, list[DetectionResult]] = ChunkedServing(
             self.run, model=self.model, unit="pairs", runner=runner,
             lanes=lanes or LanePolicy(interactive_max_cost=self.chunk_pairs), stall_s=stall_s,
-            clock=clock)
+            priority=priority, clock=clock)
 
     @classmethod
     def from_options(cls, engine: Detector, options: ServingOptions, model: str
@@ -132,12 +135,12 @@ class ContradictionServing:
         call's budget of `options.max_batch_tokens` NLI pairs (at most :data:`MAX_BATCH_PAIRS`),
         chunks merged by :func:`~dialscore_server.scheduling.serving.merged` under the options'
         lane policy, an engine call at work beyond `options.engine_stall_s` failing the health
-        check."""
+        check, the engine thread at `options.engine_priority`."""
         budget = min(options.max_batch_tokens, MAX_BATCH_PAIRS)
         return cls(engine, max_batch_pairs=budget, chunk_pairs=options.chunk_pairs, model=model,
                    runner=merged(budget, options.batch_wait_timeout_s),
                    lanes=options.lane_policy(min(options.chunk_pairs, budget)),
-                   stall_s=options.engine_stall_s)
+                   stall_s=options.engine_stall_s, priority=options.engine_priority)
 
     async def card(self) -> ModelCard:
         return self._card

@@ -3,15 +3,44 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
+
+logger = logging.getLogger("dialscore.serve")
 
 A = TypeVar("A")
 R = TypeVar("R")
 T = TypeVar("T")
+
+#: The CPU priority of a replica's engine thread. ``normal``: the process's own. ``low``: nice
+#: 19, the lowest a nice value goes. ``idle``: Linux's ``SCHED_IDLE`` policy, below every nice
+#: value (a weight of 3 against nice 0's 1024 and nice 19's 15).
+EnginePriority = Literal["normal", "low", "idle"]
+
+
+def lower_thread_priority(priority: EnginePriority) -> None:
+    """Lower the calling thread's CPU priority to `priority` (Linux; on other systems a warning
+    and nothing else). Only the calling thread changes, and the threads it starts afterwards
+    inherit it: PyTorch's OpenMP team for the thread's CPU kernels, started by the thread's first
+    parallel kernel. A priority is only ever lowered, which needs no privilege: ``low`` leaves a
+    nice value above 19 as it is (there is none), ``normal`` changes nothing."""
+    if priority == "normal":
+        return
+    if sys.platform != "linux":
+        logger.warning("engine_priority %r is ignored: it needs Linux (this is %s)", priority,
+                       sys.platform)
+        return
+    tid = threading.get_native_id()
+    if priority == "idle":
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+    else:
+        os.setpriority(os.PRIO_PROCESS, tid, 19)
 
 
 class EngineThread(Generic[A, R]):
@@ -24,13 +53,17 @@ class EngineThread(Generic[A, R]):
     touched by one thread only. :attr:`busy`, :attr:`at_work_s` and :attr:`failed` say what the
     thread is doing, for how long, and how its last finished call ended, for the health check
     (:meth:`~dialscore_server.scheduling.serving.ChunkedServing.check_health`). `clock` times
-    the call at work (seconds, monotonic; tests pass one they advance)."""
+    the call at work (seconds, monotonic; tests pass one they advance). `priority` is the
+    thread's CPU priority, which the thread sets itself before its first call
+    (:func:`lower_thread_priority`)."""
 
     def __init__(self, run: Callable[[Sequence[A]], R],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 priority: EnginePriority = "normal") -> None:
         self._run = run
         self._clock = clock
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dialscore-engine")
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dialscore-engine",
+                                        initializer=lower_thread_priority, initargs=(priority,))
         self._lock = threading.Lock()
         self._in_flight = 0
         self._started: float | None = None

@@ -19,7 +19,7 @@ from dialscore_server.contract.reply import Reply
 from dialscore_server.scheduling.arrivals import Arrivals
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk, Outcome, Runner, take_turns
-from dialscore_server.scheduling.engine_thread import EngineThread
+from dialscore_server.scheduling.engine_thread import EnginePriority, EngineThread
 from dialscore_server.scheduling.lanes import EngineCall, LanePolicy, LaneQueue
 from dialscore_server.scheduling.ledger import WorkLedger
 
@@ -114,6 +114,8 @@ class ChunkedServing(Generic[C, V]):
             it, a chunk larger than the bound is a bulk call of its own.
         stall_s: an engine call at work for longer than this many seconds fails the health check
             (:class:`EngineStalled`); None: an engine call at work always passes it.
+        priority: the engine thread's CPU priority
+            (:data:`~dialscore_server.scheduling.engine_thread.EnginePriority`).
         clock: what times the engine call at work (monotonic seconds; tests pass one they
             advance).
 
@@ -123,6 +125,7 @@ class ChunkedServing(Generic[C, V]):
     def __init__(self, run: Run[C, V], *, model: str, unit: str,
                  runner: RunnerFactory = one_at_a_time, lanes: LanePolicy = LanePolicy(),
                  rechunk: Rechunk[C] | None = None, stall_s: float | None = None,
+                 priority: EnginePriority = "normal",
                  clock: Callable[[], float] = time.monotonic):
         self._run = run
         self.stall_s = stall_s
@@ -132,7 +135,7 @@ class ChunkedServing(Generic[C, V]):
         self.ledger = WorkLedger(model, unit)
         self.arrivals = Arrivals()
         self._engine_thread: EngineThread[C, list[Outcome[V]]] = EngineThread(
-            self.call, clock)
+            self.call, clock, priority)
         self._runner = runner(self._engine_thread.call, policy=lanes, model=model, unit=unit)
 
     async def check_health(self, probe: Callable[[], None]) -> None:
