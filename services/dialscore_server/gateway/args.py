@@ -30,6 +30,16 @@ class ModelEntry(_Args):
     overrides: dict[str, Any] = Field(default_factory=dict,
                                       description="ModelConfig fields to override (source, dtype...).")
     serving: ServingOptions = Field(default_factory=ServingOptions)
+    bulk_pool: ServingOptions | None = Field(
+        None, description="Dialogue (NLL) models: serving options of the model's bulk pool, a "
+        "deployment of its own (`bulk-nll-<name>`) of the same checkpoint that serves every "
+        "request asking for the bulk lane (header X-Dialscore-Priority: bulk or body `priority` "
+        "> 0, as the client's probe and evaluation runs send), so that bulk work never queues on "
+        "the replicas interactive requests use. Give it `engine_priority: idle` (or `low`) so "
+        "that it also yields their CPU on shared nodes. Requests not asking for bulk stay on "
+        "`serving`'s replicas, in the bulk lane there when over `interactive_max_cost`. Same "
+        "numbers on either. null: no pool; bulk shares the replicas, served after interactive "
+        "work (priority lanes).")
 
 
 class AppArgs(_Args):
@@ -87,6 +97,10 @@ class AppArgs(_Args):
         names = [m.serve_as or m.name for m in self.models + self.classifiers]
         if len(set(names)) != len(names):
             raise ValueError(f"models: duplicate names in {names}")
+        pooled = [m.serve_as or m.name for m in self.classifiers if m.bulk_pool is not None]
+        if pooled:
+            raise ValueError(f"classifiers: bulk_pool is for dialogue (NLL) models only; "
+                             f"set on {pooled}")
         return self
 
     def registry(self) -> Registry:
@@ -110,6 +124,12 @@ class AppArgs(_Args):
             cfg = ModelConfig.model_validate({**base.model_dump(), **entry.overrides, **name})
             out.append((cfg, entry.serving))
         return out
+
+    def bulk_pools(self) -> list[tuple[ModelConfig, ServingOptions]]:
+        """The dialogue models that have a bulk pool: each one's resolved config with its pool's
+        serving options."""
+        return [(cfg, entry.bulk_pool) for entry, (cfg, _) in zip(self.models, self.model_configs())
+                if entry.bulk_pool is not None]
 
     def classifier_configs(self) -> list[tuple[ModelConfig, ServingOptions]]:
         out = self.model_configs(self.classifiers)

@@ -1,4 +1,4 @@
-"""The Serve application: the gateway, one deployment per model, the reranker.
+"""The Serve application: the gateway, one deployment per model (and per bulk pool), the reranker.
 
 Serve YAML: ``import_path: dialscore_server.gateway.build:build_app``; Serve validates the
 YAML's ``args`` against :class:`~dialscore_server.gateway.args.AppArgs`.
@@ -24,13 +24,16 @@ def build_app(args: AppArgs) -> serve.Application:
     nll = {cfg.name: NLLDeployment.options(
         **serve_options(f"nll-{cfg.name}", opts), **nll_routing(opts)).bind(
         cfg.model_dump(), opts.model_dump()) for cfg, opts in args.model_configs()}
+    bulk_pools = {cfg.name: NLLDeployment.options(
+        **serve_options(f"bulk-nll-{cfg.name}", opts), **nll_routing(opts)).bind(
+        cfg.model_dump(), opts.model_dump()) for cfg, opts in args.bulk_pools()}
     classifiers = {cfg.name: ContradictionDeployment.options(
         **serve_options(f"nli-{cfg.name}", opts)).bind(cfg.model_dump(), opts.model_dump())
         for cfg, opts in args.classifier_configs()}
     reranker = RerankDeployment.options(
         ray_actor_options={"num_cpus": args.rerank_num_cpus}).bind(
             classifiers, nll, request_timeout_s=args.request_timeout_s,
-            queue_timeout_s=args.queue_timeout_s) if classifiers else None
+            queue_timeout_s=args.queue_timeout_s, nll_bulk_pools=bulk_pools) if classifiers else None
     spread = ({"max_replicas_per_node": args.gateway_max_replicas_per_node}
               if args.gateway_max_replicas_per_node else {})
     return Gateway.options(
@@ -39,7 +42,7 @@ def build_app(args: AppArgs) -> serve.Application:
         max_ongoing_requests=args.gateway_max_ongoing_requests,
         max_queued_requests=args.gateway_max_queued_requests,
         backpressure_config={"status_code": 503, "retry_after_s": 1.0},
-    ).bind(nll, args.model_dump(), classifiers, reranker)
+    ).bind(nll, args.model_dump(), classifiers, reranker, bulk_pools)
 
 
 def serve_options(name: str, opts: ServingOptions) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """The gateway as a Ray Serve ingress: a :class:`~dialscore_server.directory.ModelDirectory`
-over typed handles of the model deployments, serving the FastAPI app (gateway/app.py).
+over typed handles of the model deployments (a model with a bulk pool as one
+:class:`~dialscore_server.nll.bulk_pool.BulkPooled` over both), serving the FastAPI app
+(gateway/app.py).
 
 The app is built per replica, after the constructor (``__serve_build_asgi_app__``), so routes
 close over the live gateway (its handles, limits and token) rather than over a copy Serve froze at
@@ -22,6 +24,7 @@ from dialscore_server.gateway.args import AppArgs
 from dialscore_server.gateway.auth import gateway_token
 from dialscore_server.directory import ModelDirectory
 from dialscore_server.contract.host_check import AllowedHosts
+from dialscore_server.nll.bulk_pool import with_bulk_pools
 from dialscore_server.nll.deployment import NLLHandle
 from dialscore_server.rerank.deployment import RerankHandle
 
@@ -33,12 +36,15 @@ class Gateway(ModelDirectory):
 
     async def __init__(self, nll: dict[str, DeploymentHandle], args: dict[str, Any],
                        classifiers: dict[str, DeploymentHandle] | None = None,
-                       reranker: DeploymentHandle | None = None):
+                       reranker: DeploymentHandle | None = None,
+                       nll_bulk_pools: dict[str, DeploymentHandle] | None = None):
         app_args = AppArgs.model_validate(args)
         deadlines = Deadlines(app_args.request_timeout_s, app_args.queue_timeout_s,
                               count_in_flight=True)
         super().__init__(
-            {name: NLLHandle(h, deadlines, name) for name, h in nll.items()},
+            with_bulk_pools({name: NLLHandle(h, deadlines, name) for name, h in nll.items()},
+                            {name: NLLHandle(h, deadlines, name)
+                             for name, h in (nll_bulk_pools or {}).items()}),
             {name: ClassifierHandle(h, deadlines, name) for name, h in (classifiers or {}).items()},
             RerankHandle(reranker, deadlines) if reranker is not None else None,
             limits=app_args.limits, body_timeout_s=app_args.body_timeout_s,

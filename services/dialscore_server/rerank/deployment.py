@@ -2,7 +2,8 @@
 
 :class:`RerankDeployment` holds no model: it runs a
 :class:`~dialscore_server.rerank.serving.RerankServing` over typed handles of the classifier and
-NLL deployments, each call under the gateway's deadlines (a dead classifier is a prompt 503 or
+NLL deployments (a model with a bulk pool as one
+:class:`~dialscore_server.nll.bulk_pool.BulkPooled` over both), each call under the gateway's deadlines (a dead classifier is a prompt 503 or
 424, not "the rerank deployment failed"); it resolves its routes to them before it takes requests
 (contract/route_warmup.py). :class:`RerankHandle` is
 :class:`~dialscore_server.rerank.serving.RerankService` over a Serve handle of it.
@@ -19,6 +20,7 @@ from dialscore_server.contract.deadline import Deadlines
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contract.route_warmup import resolve_routes
 from dialscore_server.contradiction.deployment import ClassifierHandle
+from dialscore_server.nll.bulk_pool import with_bulk_pools
 from dialscore_server.nll.deployment import NLLHandle
 from dialscore_server.rerank.engine.reranker import RerankOutput
 from dialscore_server.rerank.serving import RerankCall, RerankServing
@@ -30,10 +32,13 @@ class RerankDeployment:
 
     async def __init__(self, classifiers: dict[str, DeploymentHandle],
                        nll: dict[str, DeploymentHandle], request_timeout_s: float = 60.0,
-                       queue_timeout_s: float | None = None):
+                       queue_timeout_s: float | None = None,
+                       nll_bulk_pools: dict[str, DeploymentHandle] | None = None):
         deadlines = Deadlines(request_timeout_s, queue_timeout_s)
         judges = {name: ClassifierHandle(h, deadlines, name) for name, h in classifiers.items()}
-        scorers = {name: NLLHandle(h, deadlines, name) for name, h in nll.items()}
+        scorers = with_bulk_pools(
+            {name: NLLHandle(h, deadlines, name) for name, h in nll.items()},
+            {name: NLLHandle(h, deadlines, name) for name, h in (nll_bulk_pools or {}).items()})
         await resolve_routes({**judges, **scorers})
         self.serving = RerankServing(judges, scorers)
 

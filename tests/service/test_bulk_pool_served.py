@@ -1,0 +1,68 @@
+"""A model's bulk pool on a real Serve app (``bulk_pool`` of a model entry, nll/bulk_pool.py):
+the model and its pool are served by a fake engine whose every NLL says the CPU priority of the
+thread that computed it (priority_engines.py), the pool with ``engine_priority: idle``. So each
+answer says where it was computed: requests asking for the bulk lane (by header or by body
+``priority``), a bulk rerank's NLL term included, on the pool's engine thread under
+SCHED_IDLE; every other request on the model's own replica, at the replica's priority."""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+import pytest
+
+from priority_engines import decode
+from serve_apps import ONE_THREAD, app_args, deploy_app, running_replicas
+
+pytestmark = [pytest.mark.serve,
+              pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")]
+
+MODEL = "pooled-gpt"
+APP = "bulkpool"
+ENGINE = "priority_engines:PriorityNLLEngine"
+#: A hang guard, not a speed requirement.
+HANG_S = 120.0
+BULK = {"X-Dialscore-Priority": "bulk"}
+NLL = {"model": MODEL, "items": [{"context": ["I have a dog."], "target": "What is its name?"}]}
+RERANK = {"context": [{"speaker": 1, "text": "I have a dog."}],
+          "candidates": ["What is its name?", "I hate dogs."], "nll_model": MODEL}
+
+
+@pytest.fixture(scope="module")
+def pooled(served, stand_ins):
+    args = app_args(stand_ins, models=[
+        {"name": "dialogpt-medium", "serve_as": MODEL, "serving": {**ONE_THREAD, "engine": ENGINE},
+         "bulk_pool": {**ONE_THREAD, "engine": ENGINE, "engine_priority": "idle"}}],
+        classifiers=[{"name": "roberta-large-mnli",
+                      "serving": {**ONE_THREAD, "engine": "fake_api:FakeDetector"}}])
+    with deploy_app(served, APP, args) as app:
+        yield app
+
+
+def post(url: str, body: dict, headers: dict | None = None) -> httpx.Response:
+    reply = httpx.post(url, json=body, headers=headers or {}, timeout=HANG_S)
+    assert reply.status_code == 200, reply.text[:300]
+    return reply
+
+
+def test_the_pool_is_a_deployment_of_its_own(pooled):
+    assert len(running_replicas(APP, f"bulk-nll-{MODEL}")) == 1
+    assert len(running_replicas(APP, f"nll-{MODEL}")) == 1
+
+
+@pytest.mark.parametrize("headers,body,pool", [
+    (None, NLL, False), (BULK, NLL, True), (None, {**NLL, "priority": 1}, True),
+    ({"X-Dialscore-Priority": "interactive"}, NLL, False), (None, {**NLL, "priority": 0}, False)])
+def test_nll_requests_asking_for_bulk_are_computed_by_the_idle_pool(pooled, headers, body, pool):
+    reply = post(f"{pooled.url}/v1/nll", body, headers)
+    policy, _ = decode(reply.json()["results"][0]["nll"])
+    assert policy == (os.SCHED_IDLE if pool else os.SCHED_OTHER)
+    assert reply.headers["x-dialscore-lane"] == ("bulk" if pool else "interactive")
+
+
+@pytest.mark.parametrize("headers,pool", [(None, False), (BULK, True)])
+def test_a_bulk_reranks_nll_term_is_computed_by_the_pool(pooled, headers, pool):
+    reply = post(f"{pooled.url}/v1/rerank", RERANK, headers)
+    policies = {decode(r["nll"])[0] for r in reply.json()["results"]}
+    assert policies == {os.SCHED_IDLE if pool else os.SCHED_OTHER}
