@@ -9,8 +9,10 @@ One app serves the stand-in NLI classifier and the stand-in DialoGPT four times:
 ``dialogpt-lanes-on`` (the default lanes), as ``dialogpt-lanes-small-bulk`` (lanes, and bulk
 engine calls of at most --bulk-max-batch positions within the default 2 s
 ``bulk_max_batch_hold_s`` of an interactive arrival) and as ``dialogpt-lanes-small-bulk-always``
-(the same bound with no hold: every bulk call), each one replica with 2 threads
-(``--device cuda``: each on a fifth of one GPU). Phases, each --seconds long; the interactive
+(the same bound with no hold: every bulk call), and as ``dialogpt-lanes-pool`` (the default
+lanes, and a bulk pool: a second deployment of the model that serves every request asking for
+bulk, its engine thread at ``engine_priority: idle``), each one replica with 2 threads
+(``--device cuda``: each on a seventh of one GPU). Phases, each --seconds long; the interactive
 stream is /v1/rerank requests (6-turn context, 8 candidates, with ``nll_model``: its NLL term
 shares the dialogue model's replica with the probe run) sent open-loop at --rate per second, no
 priority header (interactive):
@@ -22,12 +24,15 @@ priority header (interactive):
    default 8 = the client's default, ``X-Dialscore-Priority: bulk``), over and over until the
    stream ends. The probe run is a process of its own, as a researcher's client is: its work
    (reading 64 items' per-token answers) never delays the stream's event loop, and so never
-   the stream's timings. ``--bulk-nice N`` runs it at that nice value, standing in for a client
-   on another host (it then takes CPU only when the service does not);
-3. *beside probe, lanes on* / *small bulk* / *s.b. always*: the same against the other three
-   deployments;
-4. *probe only*: the probe run alone on the three deployments with lanes, no stream (its items
-   per second over --seconds): what the bound costs bulk work when no interactive request comes.
+   the stream's timings. ``--bulk-nice N`` runs it at that nice value and ``--bulk-nice idle``
+   under Linux's SCHED_IDLE policy, standing in for a client on another host. Ray starts the
+   service's processes at nice 15, so only ``idle`` keeps the probe client from competing with
+   them for the cores (nice 19 still weighs 15 against their 36);
+3. *beside probe, lanes on* / *small bulk* / *s.b. always* / *bulk pool*: the same against the
+   other four deployments (on the last, the probe run's requests go to the pool);
+4. *probe only*: the probe run alone on the deployments with lanes, no stream (its items per
+   second over --seconds): what the bound and the pool cost bulk work when no interactive
+   request comes.
 
 Reported: the stream's p50/p99 latency and the probe run's items per second (items answered
 while the stream ran, counted per request), per phase, and the ratios of p99 to the *alone* p99
@@ -65,21 +70,30 @@ APP = "lanes"
 CLASSIFIER = "roberta-large-mnli"
 OFF, ON, SMALL = "dialogpt-lanes-off", "dialogpt-lanes-on", "dialogpt-lanes-small-bulk"
 ALWAYS = "dialogpt-lanes-small-bulk-always"
-#: Each deployment's share of the GPU with --device cuda (four NLL deployments and the classifier).
-GPU_SHARE = 0.2
+POOLED = "dialogpt-lanes-pool"
+#: Each deployment's share of the GPU with --device cuda (six NLL deployments and the classifier).
+GPU_SHARE = 1 / 7
 
 
 def nll_entry(name: str, lanes: bool, device: str, bulk_max_batch: int | None = None,
-              always: bool = False) -> dict[str, Any]:
-    """The stand-in DialoGPT served as `name` on `device` (``cuda``: a fifth of the GPU), with
+              always: bool = False, pool: bool = False) -> dict[str, Any]:
+    """The stand-in DialoGPT served as `name` on `device` (``cuda``: a seventh of the GPU), with
     `bulk_max_batch` held for the service's default hold after each interactive arrival, or on
-    every bulk call (`always`: ``bulk_max_batch_hold_s: null``)."""
+    every bulk call (`always`: ``bulk_max_batch_hold_s: null``); with `pool`, a bulk pool of the
+    same serving at ``engine_priority: idle``."""
+    serving = serving_options(lanes, device, bulk_max_batch, always)
     return {"name": NLL_MODEL, "serve_as": name, "overrides": {"device": device},
-            "serving": {"num_cpus": 0.6, "num_gpus": GPU_SHARE if device == "cuda" else 0,
-                        "num_threads": 2, "max_ongoing_requests": 128,
-                        "max_queued_requests": 512, "priority_lanes": lanes,
-                        "bulk_max_batch": bulk_max_batch,
-                        **({"bulk_max_batch_hold_s": None} if always else {})}}
+            "serving": serving,
+            **({"bulk_pool": {**serving, "engine_priority": "idle"}} if pool else {})}
+
+
+def serving_options(lanes: bool, device: str, bulk_max_batch: int | None,
+                    always: bool) -> dict[str, Any]:
+    """One replica's serving options (see :func:`nll_entry`)."""
+    return {"num_cpus": 0.6, "num_gpus": GPU_SHARE if device == "cuda" else 0,
+            "num_threads": 2, "max_ongoing_requests": 128, "max_queued_requests": 512,
+            "priority_lanes": lanes, "bulk_max_batch": bulk_max_batch,
+            **({"bulk_max_batch_hold_s": None} if always else {})}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bulk-max-batch", type=int, default=512,
                     help="bulk_max_batch of the third deployment (default 512: a quarter of a "
                          "chunk, to which its bulk requests are cut)")
-    ap.add_argument("--bulk-nice", type=int, default=0,
-                    help="the probe run's process's nice value (default 0; 19 stands in for a "
-                         "client on another host)")
+    ap.add_argument("--bulk-nice", type=nice_value, default=0,
+                    help="the probe run's process's nice value, or `idle` (SCHED_IDLE: stands "
+                         "in for a client on another host); default 0")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="where the replicas' models run (default cpu; cuda: each deployment "
                          "takes a fifth of one GPU, the classifier too)")
@@ -104,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         "stand_ins": str(WORK / "stand-ins"), "request_timeout_s": 300,
         "models": [nll_entry(OFF, False, args.device), nll_entry(ON, True, args.device),
                    nll_entry(SMALL, True, args.device, args.bulk_max_batch),
-                   nll_entry(ALWAYS, True, args.device, args.bulk_max_batch, always=True)],
+                   nll_entry(ALWAYS, True, args.device, args.bulk_max_batch, always=True),
+                   nll_entry(POOLED, True, args.device, pool=True)],
         "classifiers": [{"name": CLASSIFIER, "overrides": {"device": args.device}, "serving": {
             "num_cpus": 0.3, "num_gpus": GPU_SHARE if args.device == "cuda" else 0,
             "num_threads": 1, "max_ongoing_requests": 128, "max_queued_requests": 512}}],
@@ -163,12 +178,19 @@ async def stream(client: httpx.AsyncClient, model: str, rate: float, seconds: fl
     return timed
 
 
+def nice_value(text: str) -> int | str:
+    """--bulk-nice: a nice value, or ``idle``."""
+    return text if text == "idle" else int(text)
+
+
 def probe_run(url: str, model: str, items: list[dict[str, Any]], concurrency: int,
-              nice: int, stop: Any, scored: Any) -> None:
-    """In a process of its own: the probe's requests (nll_many, 64 items each, bulk) over and
-    over until `stop` is set (at most 50 passes), the items answered so far in `scored`
-    (counted as each request's answer lands)."""
-    if nice:
+              nice: int | str, stop: Any, scored: Any) -> None:
+    """In a process of its own, at `nice` (a nice value or ``idle``, SCHED_IDLE): the probe's
+    requests (nll_many, 64 items each, bulk) over and over until `stop` is set (at most 50
+    passes), the items answered so far in `scored` (counted as each request's answer lands)."""
+    if nice == "idle":
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    elif nice:
         os.nice(nice)
 
     def landed(offset: int, results: list[Any]) -> None:
@@ -234,11 +256,13 @@ def measure(url: str, args: argparse.Namespace) -> None:
 
     async def warm() -> None:
         async with httpx.AsyncClient(base_url=url, timeout=300) as client:
-            for model in (OFF, ON, SMALL, ALWAYS):
+            for model in (OFF, ON, SMALL, ALWAYS, POOLED):
                 for _ in range(3):
                     (await client.post("/v1/rerank", json=rerank_body(model))).raise_for_status()
-                (await client.post("/v1/nll", json={"model": model, "items": items[:64]})
-                 ).raise_for_status()
+                for lane in ("interactive", "bulk"):  # the pool too
+                    (await client.post("/v1/nll", json={"model": model, "items": items[:64]},
+                                       headers={"X-Dialscore-Priority": lane})
+                     ).raise_for_status()
 
     asyncio.run(warm())
     print(f"interactive: /v1/rerank 6-turn context x 8 candidates with nll_model, {args.rate:g}/s "
@@ -251,13 +275,16 @@ def measure(url: str, args: argparse.Namespace) -> None:
             ("alone, lanes off", OFF, False, True), ("alone, lanes on", ON, False, True),
             ("alone, small bulk", SMALL, False, True),
             ("alone, small bulk always", ALWAYS, False, True),
+            ("alone, bulk pool", POOLED, False, True),
             ("beside probe, lanes off", OFF, True, True),
             ("beside probe, lanes on", ON, True, True),
             ("beside probe, small bulk", SMALL, True, True),
             ("beside probe, s.b. always", ALWAYS, True, True),
+            ("beside probe, bulk pool", POOLED, True, True),
             ("probe only, lanes on", ON, True, False),
             ("probe only, small bulk", SMALL, True, False),
-            ("probe only, s.b. always", ALWAYS, True, False)]:
+            ("probe only, s.b. always", ALWAYS, True, False),
+            ("probe only, bulk pool", POOLED, True, False)]:
         timed, rate = phase(url, model, probe, args, items, streamed)
         lat = [t.wall_s for t in timed]
         p50, p99 = percentile(lat, 50), percentile(lat, 99)
