@@ -62,6 +62,18 @@ def test_the_engine_thread_runs_every_call_at_its_priority(level, expected):
     assert priority()[0] == os.SCHED_OTHER
 
 
+def test_a_refused_priority_is_logged_and_the_engine_still_serves(monkeypatch, caplog):
+    def refuse(*args):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    thread = EngineThread(lambda batch: priority(), priority="idle")
+    with caplog.at_level("WARNING", logger="dialscore.serve"):
+        got = asyncio.run(thread.call([]))
+    assert got == priority()
+    assert "engine_priority 'idle' not applied" in caplog.text
+
+
 def test_a_serving_from_options_runs_its_engine_at_the_options_priority():
     serving = ContradictionServing.from_options(
         GatedDetector(), ServingOptions(engine_priority="low"), "fake")

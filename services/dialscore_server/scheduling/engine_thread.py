@@ -28,8 +28,9 @@ def lower_thread_priority(priority: EnginePriority) -> None:
     """Lower the calling thread's CPU priority to `priority` (Linux; on other systems a warning
     and nothing else). Only the calling thread changes, and the threads it starts afterwards
     inherit it: PyTorch's OpenMP team for the thread's CPU kernels, started by the thread's first
-    parallel kernel. A priority is only ever lowered, which needs no privilege: ``low`` leaves a
-    nice value above 19 as it is (there is none), ``normal`` changes nothing."""
+    parallel kernel. A priority is only ever lowered, which needs no privilege; where the system
+    refuses all the same (a seccomp profile), the thread keeps its priority and the refusal is
+    logged as a warning, so that the engine still serves. ``normal`` changes nothing."""
     if priority == "normal":
         return
     if sys.platform != "linux":
@@ -37,10 +38,14 @@ def lower_thread_priority(priority: EnginePriority) -> None:
                        sys.platform)
         return
     tid = threading.get_native_id()
-    if priority == "idle":
-        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-    else:
-        os.setpriority(os.PRIO_PROCESS, tid, 19)
+    try:
+        if priority == "idle":
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        else:
+            os.setpriority(os.PRIO_PROCESS, tid, 19)
+    except OSError as exc:
+        logger.warning("engine_priority %r not applied, the engine thread keeps its priority: %s",
+                       priority, exc)
 
 
 class EngineThread(Generic[A, R]):
