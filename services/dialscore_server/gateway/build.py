@@ -10,6 +10,7 @@ from typing import Any
 
 from ray import serve
 
+from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contradiction.deployment import ContradictionDeployment
 from dialscore_server.gateway.args import AppArgs
@@ -21,12 +22,10 @@ from dialscore_server.scheduling.context_affinity import router_config
 
 def build_app(args: AppArgs) -> serve.Application:
     """The Serve application for `args`."""
-    nll = {cfg.name: NLLDeployment.options(
-        **serve_options(f"nll-{cfg.name}", opts), **nll_routing(opts)).bind(
-        cfg.model_dump(), opts.model_dump()) for cfg, opts in args.model_configs()}
-    bulk_pools = {cfg.name: NLLDeployment.options(
-        **serve_options(f"bulk-nll-{cfg.name}", opts), **nll_routing(opts)).bind(
-        cfg.model_dump(), opts.model_dump()) for cfg, opts in args.bulk_pools()}
+    nll = {cfg.name: nll_deployment(f"nll-{cfg.name}", cfg, opts)
+           for cfg, opts in args.model_configs()}
+    bulk_pools = {cfg.name: nll_deployment(f"bulk-nll-{cfg.name}", cfg, opts)
+                  for cfg, opts in args.bulk_pools()}
     classifiers = {cfg.name: ContradictionDeployment.options(
         **serve_options(f"nli-{cfg.name}", opts)).bind(cfg.model_dump(), opts.model_dump())
         for cfg, opts in args.classifier_configs()}
@@ -43,6 +42,12 @@ def build_app(args: AppArgs) -> serve.Application:
         max_queued_requests=args.gateway_max_queued_requests,
         backpressure_config={"status_code": 503, "retry_after_s": 1.0},
     ).bind(nll, args.model_dump(), classifiers, reranker, bulk_pools)
+
+
+def nll_deployment(name: str, cfg: ModelConfig, opts: ServingOptions) -> serve.Application:
+    """The NLL deployment `name` serving `cfg` with `opts` (a model's own, or its bulk pool)."""
+    return NLLDeployment.options(**serve_options(name, opts), **nll_routing(opts)).bind(
+        cfg.model_dump(), opts.model_dump())
 
 
 def serve_options(name: str, opts: ServingOptions) -> dict[str, Any]:

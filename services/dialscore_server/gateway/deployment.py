@@ -24,8 +24,7 @@ from dialscore_server.gateway.args import AppArgs
 from dialscore_server.gateway.auth import gateway_token
 from dialscore_server.directory import ModelDirectory
 from dialscore_server.contract.host_check import AllowedHosts
-from dialscore_server.nll.bulk_pool import with_bulk_pools
-from dialscore_server.nll.deployment import NLLHandle
+from dialscore_server.nll.deployment import nll_services
 from dialscore_server.rerank.deployment import RerankHandle
 
 
@@ -42,9 +41,7 @@ class Gateway(ModelDirectory):
         deadlines = Deadlines(app_args.request_timeout_s, app_args.queue_timeout_s,
                               count_in_flight=True)
         super().__init__(
-            with_bulk_pools({name: NLLHandle(h, deadlines, name) for name, h in nll.items()},
-                            {name: NLLHandle(h, deadlines, name)
-                             for name, h in (nll_bulk_pools or {}).items()}),
+            nll_services(nll, nll_bulk_pools, deadlines),
             {name: ClassifierHandle(h, deadlines, name) for name, h in (classifiers or {}).items()},
             RerankHandle(reranker, deadlines) if reranker is not None else None,
             limits=app_args.limits, body_timeout_s=app_args.body_timeout_s,

@@ -10,12 +10,12 @@ loads no model. Requests are validated and tokenized before
 their chunks are queued (one bad item fails only its own request).
 
 :class:`NLLHandle` is :class:`~dialscore_server.nll.serving.NLLService` over a Serve handle of
-that deployment: what the gateway and the rerank deployment call.
+that deployment: what the gateway and the rerank deployment call (:func:`nll_services`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ray import serve
@@ -26,10 +26,11 @@ from dialscore_server.contract.deadline import Deadlines
 from dialscore_server.contract.deployment import ModelDeployment
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contract.reply import Reply
+from dialscore_server.nll.bulk_pool import with_bulk_pools
 from dialscore_server.nll.completions.serving import CompletionCall, Completed
 from dialscore_server.nll.engine.encoding import NLLItem
 from dialscore_server.nll.engine.engine import NLLEngine
-from dialscore_server.nll.serving import NLLServing, Scored
+from dialscore_server.nll.serving import NLLService, NLLServing, Scored
 from dialscore_server.nll.tokenizer.serving import TokenizerCall
 from dialscore_server.contract.priority import Lane
 
@@ -78,3 +79,15 @@ class NLLHandle:
 
     async def tokenizer(self, call: TokenizerCall) -> Reply[object]:
         return await self._deadlines.call(self._handle.tokenizer.remote(call), self._model)
+
+
+def nll_services(nll: Mapping[str, Any], bulk_pools: Mapping[str, Any] | None,
+                 deadlines: Deadlines) -> dict[str, NLLService]:
+    """The dialogue models a composing deployment (the gateway, the rerank deployment) calls,
+    by name, from Serve handles of their deployments and of their bulk pools: an
+    :class:`NLLHandle` each, a model with a pool as one
+    :class:`~dialscore_server.nll.bulk_pool.BulkPooled` over both."""
+    def handles(by_name: Mapping[str, Any]) -> dict[str, NLLService]:
+        return {name: NLLHandle(h, deadlines, name) for name, h in by_name.items()}
+
+    return with_bulk_pools(handles(nll), handles(bulk_pools or {}))

@@ -20,8 +20,7 @@ from dialscore_server.contract.deadline import Deadlines
 from dialscore_server.contract.reply import Reply
 from dialscore_server.contract.route_warmup import resolve_routes
 from dialscore_server.contradiction.deployment import ClassifierHandle
-from dialscore_server.nll.bulk_pool import with_bulk_pools
-from dialscore_server.nll.deployment import NLLHandle
+from dialscore_server.nll.deployment import nll_services
 from dialscore_server.rerank.engine.reranker import RerankOutput
 from dialscore_server.rerank.serving import RerankCall, RerankServing
 
@@ -36,9 +35,7 @@ class RerankDeployment:
                        nll_bulk_pools: dict[str, DeploymentHandle] | None = None):
         deadlines = Deadlines(request_timeout_s, queue_timeout_s)
         judges = {name: ClassifierHandle(h, deadlines, name) for name, h in classifiers.items()}
-        scorers = with_bulk_pools(
-            {name: NLLHandle(h, deadlines, name) for name, h in nll.items()},
-            {name: NLLHandle(h, deadlines, name) for name, h in (nll_bulk_pools or {}).items()})
+        scorers = nll_services(nll, nll_bulk_pools, deadlines)
         await resolve_routes({**judges, **scorers})
         self.serving = RerankServing(judges, scorers)
 
