@@ -323,10 +323,15 @@ LANE_LATENCY = Metric(
     "lane it was served in.", ["model", "lane"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
 
+ENGINE_YIELD_SECONDS = Metric(
+    "counter", "dialscore_engine_yield_seconds_total",
+    "Seconds a yielding model replica (a bulk pool with `yield_to_interactive_s`) held its engine "
+    "calls back while interactive engine calls ran on the same device of its node.", ["model"])
+
 #: Every metric, for the dashboard test and documentation.
 ALL: tuple[Metric, ...] = (REQUESTS, ERRORS, LATENCY, ITEMS, TOKENS, BATCH_SIZE, BATCH_REQUESTS,
                            BATCH_TOKENS, PADDING_WASTE, REUSED_TOKENS, CONTEXT_CACHE_LOOKUPS,
                            CONTEXT_CACHE_TOKENS, CONTEXT_CACHE_BYTES, CONTEXT_CACHE_EVICTIONS,
                            IN_FLIGHT, SLOW_CLIENTS, WORK_IN_FLIGHT,
                            WORK_ADMITTED, WORK_DONE, WORK_ABANDONED, WORK_SECONDS, LANE_WAITING,
-                           LANE_WORK, LANE_LATENCY)
+                           LANE_WORK, LANE_LATENCY, ENGINE_YIELD_SECONDS)

@@ -8,6 +8,8 @@ SCHED_IDLE; every other request on the model's own replica, at the replica's pri
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import httpx
 import pytest
@@ -20,7 +22,9 @@ pytestmark = [pytest.mark.serve,
 
 MODEL = "pooled-gpt"
 APP = "bulkpool"
-ENGINE = "priority_engines:PriorityNLLEngine"
+ENGINE = "priority_engines:HoldingNLLEngine"
+#: The pool's yield_to_interactive_s.
+YIELD_S = 3.0
 #: A hang guard, not a speed requirement.
 HANG_S = 120.0
 BULK = {"X-Dialscore-Priority": "bulk"}
@@ -33,7 +37,8 @@ RERANK = {"context": [{"speaker": 1, "text": "I have a dog."}],
 def pooled(served, stand_ins):
     args = app_args(stand_ins, models=[
         {"name": "dialogpt-medium", "serve_as": MODEL, "serving": {**ONE_THREAD, "engine": ENGINE},
-         "bulk_pool": {**ONE_THREAD, "engine": ENGINE, "engine_priority": "idle"}}],
+         "bulk_pool": {**ONE_THREAD, "engine": ENGINE, "engine_priority": "idle",
+                       "yield_to_interactive_s": YIELD_S}}],
         classifiers=[{"name": "roberta-large-mnli",
                       "serving": {**ONE_THREAD, "engine": "fake_api:FakeDetector"}}])
     with deploy_app(served, APP, args) as app:
@@ -66,3 +71,24 @@ def test_a_bulk_reranks_nll_term_is_computed_by_the_pool(pooled, headers, pool):
     reply = post(f"{pooled.url}/v1/rerank", RERANK, headers)
     policies = {decode(r["nll"])[0] for r in reply.json()["results"]}
     assert policies == {os.SCHED_IDLE if pool else os.SCHED_OTHER}
+
+
+def test_the_pool_waits_while_an_interactive_engine_call_is_at_work(pooled, tmp_path):
+    (tmp_path / "hold").touch()
+    held = {**NLL, "items": [{**NLL["items"][0], "knowledge": f"hold:{tmp_path}"}]}
+    interactive: list[httpx.Response] = []
+    thread = threading.Thread(target=lambda: interactive.append(post(f"{pooled.url}/v1/nll", held)))
+    thread.start()
+    try:
+        guard = time.monotonic() + HANG_S
+        while not (tmp_path / "inside").exists():  # the interactive engine call is at work
+            assert time.monotonic() < guard, "the interactive request never reached its engine"
+            time.sleep(0.05)
+        bulk = post(f"{pooled.url}/v1/nll", NLL, BULK)
+        assert (tmp_path / "inside").exists()  # still at work: the bulk call went after the bound
+        assert decode(bulk.json()["results"][0]["nll"])[0] == os.SCHED_IDLE
+        assert int(bulk.headers["x-queue-time"]) >= YIELD_S * 1000
+    finally:
+        (tmp_path / "hold").unlink()
+        thread.join(HANG_S)
+    assert interactive and interactive[0].headers["x-dialscore-lane"] == "interactive"

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dialscore_server.scheduling.device_gate import DeviceGate, GatedCalls
 from dialscore_server.scheduling.engine_thread import EnginePriority
 from dialscore_server.scheduling.lanes import BULK_EVERY, LanePolicy
 
@@ -150,6 +151,23 @@ class ServingOptions(BaseModel):
         "the node's cores to the interactive replicas, the proxy and the gateway; a replica "
         "serving interactive requests keeps `normal`. It is never raised again (raising it "
         "needs privileges), does not change GPU scheduling, and is ignored off Linux.")
+    yield_to_interactive_s: float | None = Field(
+        None, gt=0, description="For a model's bulk pool (`bulk_pool`): before each engine call, "
+        "wait while an engine call serving an interactive request runs on another replica on the "
+        "same device of this node (the node's cores, or the same GPU), for at most this many "
+        "seconds; then the call runs anyway, so bulk work always progresses (at least one call "
+        "per this many seconds while interactive calls follow each other with no gap). A call "
+        "already running is never interrupted: keep bulk calls short with `bulk_max_batch`. "
+        "Every replica's engine calls serving an interactive chunk mark the device busy while "
+        "they run (a file lock in /dev/shm shared by the processes of the node or pod; "
+        "services/dialscore_server/scheduling/device_gate.py). Works on GPUs too, where CPU "
+        "priority (`engine_priority`) does nothing. null: never wait.")
+
+    def gated_calls(self, gate: DeviceGate | None) -> GatedCalls | None:
+        """How this model's engine calls meet `gate`, its device's gate on the replica's node
+        (None, as in a batch worker or in-process: no gate): yielding for at most
+        `yield_to_interactive_s` when that is set, else holding it during interactive calls."""
+        return None if gate is None else GatedCalls(gate, self.yield_to_interactive_s)
 
     def lane_policy(self, chunk: int) -> LanePolicy:
         """The priority-lane policy of this model's replicas, where `chunk` is the size of its

@@ -39,7 +39,7 @@ class ContradictionDeployment(ModelDeployment):
                  options: ServingOptions | dict[str, Any] | None = None):
         super().__init__(config, options)
         self.serving = ContradictionServing.from_options(self.engine, self.options,
-                                                         self.config.name)
+                                                         self.config.name, gate=self.device_gate())
 
     async def detect(self, job: DetectionJob, lane: Lane = "interactive"
                      ) -> Reply[list[DetectionResult]]:

@@ -24,6 +24,7 @@ from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult, plan_pairs
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk
+from dialscore_server.scheduling.device_gate import DeviceGate, GatedCalls
 from dialscore_server.scheduling.engine_thread import EnginePriority
 from dialscore_server.scheduling.lanes import LanePolicy
 from dialscore_server.scheduling.serving import ChunkedServing, RunnerFactory, merged, one_at_a_time
@@ -111,12 +112,13 @@ class ContradictionServing:
     (:mod:`dialscore_server.scheduling.serving`); `lanes` the priority-lane policy (default: lanes
     on, a request of more than one chunk's pairs served in the bulk lane); `stall_s` and `clock`
     the health check's bound on an engine call at work (:meth:`check_health`); `priority` the
-    engine thread's CPU priority."""
+    engine thread's CPU priority; `gate` how its engine calls meet the device's gate
+    (:class:`~dialscore_server.scheduling.device_gate.GatedCalls`; None: none)."""
 
     def __init__(self, engine: Detector, *, max_batch_pairs: int, chunk_pairs: int = CHUNK_PAIRS,
                  model: str = "", runner: RunnerFactory = one_at_a_time,
                  lanes: LanePolicy | None = None, stall_s: float | None = None,
-                 priority: EnginePriority = "normal",
+                 priority: EnginePriority = "normal", gate: GatedCalls | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.engine = engine
         self.max_batch_pairs = max_batch_pairs
@@ -126,21 +128,23 @@ class ContradictionServing:
         self.chunks: ChunkedServing[Work, list[DetectionResult]] = ChunkedServing(
             self.run, model=self.model, unit="pairs", runner=runner,
             lanes=lanes or LanePolicy(interactive_max_cost=self.chunk_pairs), stall_s=stall_s,
-            priority=priority, clock=clock)
+            priority=priority, gate=gate, clock=clock)
 
     @classmethod
-    def from_options(cls, engine: Detector, options: ServingOptions, model: str
-                     ) -> ContradictionServing:
+    def from_options(cls, engine: Detector, options: ServingOptions, model: str,
+                     gate: DeviceGate | None = None) -> ContradictionServing:
         """The serving a classifier's replica runs (and a batch worker, the same): an engine
         call's budget of `options.max_batch_tokens` NLI pairs (at most :data:`MAX_BATCH_PAIRS`),
         chunks merged by :func:`~dialscore_server.scheduling.serving.merged` under the options'
         lane policy, an engine call at work beyond `options.engine_stall_s` failing the health
-        check, the engine thread at `options.engine_priority`."""
+        check, the engine thread at `options.engine_priority`; with `gate` (a replica's: its
+        device's), engine calls meet it as `options.yield_to_interactive_s` says."""
         budget = min(options.max_batch_tokens, MAX_BATCH_PAIRS)
         return cls(engine, max_batch_pairs=budget, chunk_pairs=options.chunk_pairs, model=model,
                    runner=merged(budget, options.batch_wait_timeout_s),
                    lanes=options.lane_policy(min(options.chunk_pairs, budget)),
-                   stall_s=options.engine_stall_s, priority=options.engine_priority)
+                   stall_s=options.engine_stall_s, priority=options.engine_priority,
+                   gate=options.gated_calls(gate))
 
     async def card(self) -> ModelCard:
         return self._card

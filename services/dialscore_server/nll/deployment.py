@@ -44,7 +44,8 @@ class NLLDeployment(ModelDeployment):
     def __init__(self, config: ModelConfig | dict[str, Any],
                  options: ServingOptions | dict[str, Any] | None = None):
         super().__init__(config, options)
-        self.serving = NLLServing.from_options(self.engine, self.options, self.config.name)
+        self.serving = NLLServing.from_options(self.engine, self.options, self.config.name,
+                                               gate=self.device_gate())
 
     async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
                     lane: Lane = "interactive") -> Reply[Scored]:

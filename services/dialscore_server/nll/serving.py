@@ -31,6 +31,7 @@ from dialscore_server.nll.engine.engine import NLLResult
 from dialscore_server.nll.tokenizer.serving import TokenizerCall, run_tokenizer_call
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk
+from dialscore_server.scheduling.device_gate import DeviceGate, GatedCalls
 from dialscore_server.scheduling.engine_thread import EnginePriority
 from dialscore_server.scheduling.lanes import LanePolicy
 from dialscore_server.scheduling.planner import BatchStats
@@ -188,13 +189,15 @@ class NLLServing:
     engine (:mod:`dialscore_server.scheduling.serving`); `lanes` the priority-lane policy
     (default: lanes on, a request of more than one chunk's tokens served in the bulk lane);
     `stall_s` and `clock` the health check's bound on an engine call at work
-    (:meth:`check_health`); `priority` the engine thread's CPU priority."""
+    (:meth:`check_health`); `priority` the engine thread's CPU priority; `gate` how its engine
+    calls meet the device's gate (:class:`~dialscore_server.scheduling.device_gate.GatedCalls`;
+    None: none)."""
 
     def __init__(self, engine: NLLScorer, *, max_batch_tokens: int,
                  chunk_tokens: int = CHUNK_TOKENS, model: str = "",
                  runner: RunnerFactory = one_at_a_time, lanes: LanePolicy | None = None,
                  stall_s: float | None = None, priority: EnginePriority = "normal",
-                 clock: Callable[[], float] = time.monotonic):
+                 gate: GatedCalls | None = None, clock: Callable[[], float] = time.monotonic):
         self.engine = engine
         self.max_batch_tokens = max_batch_tokens
         self.chunk_tokens = max(1, min(chunk_tokens, max_batch_tokens))
@@ -203,20 +206,23 @@ class NLLServing:
         self.chunks: ChunkedServing[Work, list[NLLResult]] = ChunkedServing(
             self.run, model=self.model, unit="tokens", runner=runner,
             lanes=lanes or LanePolicy(interactive_max_cost=self.chunk_tokens),
-            rechunk=self.rechunk, stall_s=stall_s, priority=priority, clock=clock)
+            rechunk=self.rechunk, stall_s=stall_s, priority=priority, gate=gate, clock=clock)
 
     @classmethod
-    def from_options(cls, engine: NLLScorer, options: ServingOptions, model: str) -> NLLServing:
+    def from_options(cls, engine: NLLScorer, options: ServingOptions, model: str,
+                     gate: DeviceGate | None = None) -> NLLServing:
         """The serving a model's replica runs (and a batch worker, the same): an engine call's
         budget of `options.max_batch_tokens` (at most :data:`MAX_BATCH_TOKENS`), chunks merged
         by :func:`~dialscore_server.scheduling.serving.merged` under the options' lane policy,
         an engine call at work beyond `options.engine_stall_s` failing the health check, the
-        engine thread at `options.engine_priority`."""
+        engine thread at `options.engine_priority`; with `gate` (a replica's: its device's),
+        engine calls meet it as `options.yield_to_interactive_s` says."""
         budget = min(options.max_batch_tokens, MAX_BATCH_TOKENS)
         return cls(engine, max_batch_tokens=budget, chunk_tokens=options.chunk_tokens, model=model,
                    runner=merged(budget, options.batch_wait_timeout_s),
                    lanes=options.lane_policy(min(options.chunk_tokens, budget)),
-                   stall_s=options.engine_stall_s, priority=options.engine_priority)
+                   stall_s=options.engine_stall_s, priority=options.engine_priority,
+                   gate=options.gated_calls(gate))
 
     async def card(self) -> ModelCard:
         return self._card

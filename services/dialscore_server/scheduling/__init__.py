@@ -13,7 +13,9 @@ One request's path, called one way, top to bottom:
 3. the runner's engine call runs on the replica's one :class:`~.engine_thread.EngineThread`,
    accounted by the :class:`~.ledger.WorkLedger` (work done, dropped, wasted; engine time and the
    share nobody waited for), under a :class:`~.cancellation.CallGuard` that leaves cancelled
-   requests' items out of the passes not yet run;
+   requests' items out of the passes not yet run; in a replica, through its device's gate
+   (:mod:`.device_gate`): a call serving an interactive chunk holds it, and a bulk pool that
+   yields starts a call only once it is clear;
 4. the endpoint's ``run`` computes the merged chunks in forward passes the engine plans with
    :mod:`.planner` (token budgets, shared prefixes).
 

@@ -8,6 +8,7 @@ engine call merges the chunks waiting in the replica's queue up to a budget coun
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
@@ -19,6 +20,7 @@ from dialscore_server.contract.reply import Reply
 from dialscore_server.scheduling.arrivals import Arrivals
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk, Outcome, Runner, take_turns
+from dialscore_server.scheduling.device_gate import GatedCalls
 from dialscore_server.scheduling.engine_thread import EnginePriority, EngineThread
 from dialscore_server.scheduling.lanes import EngineCall, LanePolicy, LaneQueue
 from dialscore_server.scheduling.ledger import WorkLedger
@@ -116,6 +118,10 @@ class ChunkedServing(Generic[C, V]):
             (:class:`EngineStalled`); None: an engine call at work always passes it.
         priority: the engine thread's CPU priority
             (:data:`~dialscore_server.scheduling.engine_thread.EnginePriority`).
+        gate: how engine calls meet the gate of the engine's device on this node
+            (:class:`~dialscore_server.scheduling.device_gate.GatedCalls`: a call serving an
+            interactive chunk holds it; a yielding serving's calls wait for it to clear); None:
+            no gate (in-process servings).
         clock: what times the engine call at work (monotonic seconds; tests pass one they
             advance).
 
@@ -125,9 +131,10 @@ class ChunkedServing(Generic[C, V]):
     def __init__(self, run: Run[C, V], *, model: str, unit: str,
                  runner: RunnerFactory = one_at_a_time, lanes: LanePolicy = LanePolicy(),
                  rechunk: Rechunk[C] | None = None, stall_s: float | None = None,
-                 priority: EnginePriority = "normal",
+                 priority: EnginePriority = "normal", gate: GatedCalls | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self._run = run
+        self._gate = gate
         self.stall_s = stall_s
         self.model = model
         self.lanes = lanes
@@ -160,7 +167,17 @@ class ChunkedServing(Generic[C, V]):
 
     def call(self, chunks: Sequence[C]) -> list[Outcome[V]]:
         """One accounted engine call for `chunks`, on the calling thread (the runner calls it on
-        the engine thread): one outcome per chunk, in order."""
+        the engine thread): one outcome per chunk, in order. With a gate, the call holds it or
+        waits for it (see `gate`); the wait is not engine time."""
+        interactive = any(c.lane == "interactive" for c in chunks)
+        gated = (self._gate.call(interactive) if self._gate is not None
+                 else contextlib.nullcontext(0.0))
+        with gated as waited:
+            if waited:
+                metrics.ENGINE_YIELD_SECONDS.labels(self.model).inc(waited)
+            return self._accounted(chunks)
+
+    def _accounted(self, chunks: Sequence[C]) -> list[Outcome[V]]:
         got = self.ledger.call(chunks, lambda guard: self._run(chunks, guard))
         if got is None:
             return [Outcome(None, 0.0) for _ in chunks]

@@ -1,0 +1,169 @@
+"""Bulk engines that step aside for interactive ones on the same device of a node.
+
+A model's bulk pool (``bulk_pool``) runs its own replicas, but on a shared node they compute on
+the same cores or the same GPU as the interactive replicas. CPU priority
+(``engine_priority``) lowers what the bulk engine takes of the cores, not what it does to an
+interactive pass running beside it (shared caches, memory bandwidth, the wake-up of a thread
+team), and a GPU has no priority between processes at all. A :class:`DeviceGate` keeps them
+apart in time instead:
+
+* every engine call that serves an interactive chunk holds the gate of its device **shared**
+  (:meth:`DeviceGate.interactive`) while it runs, so interactive calls never wait for one
+  another or for a bulk call;
+* an engine that yields (``yield_to_interactive_s``: a bulk pool) starts each call only when no
+  interactive call holds its device's gate (:meth:`DeviceGate.wait_until_clear`), or once it has
+  waited its bound: bulk work always progresses, by at least one call per bound while
+  interactive calls follow each other with no gap.
+
+The gate of a device is a lock on a file named for the device, in ``/dev/shm`` where it
+exists (else the system's temporary directory), so it is shared by every process of the node's
+filesystem: the replicas of one Ray node, or of one KubeRay pod. A yielding call already
+running is not interrupted: an interactive call arriving meanwhile waits in its own replica as
+it would anyway, and bulk calls should be short (``bulk_max_batch``). The lock is the kernel's,
+released when its holder exits, so a replica that dies mid-call never blocks another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import struct
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+if sys.platform == "linux":
+    import fcntl
+
+#: Whether this system has the locks a gate needs (Linux's open file description locks).
+HAS_GATES = sys.platform == "linux" and hasattr(fcntl, "F_OFD_GETLK")
+
+#: Seconds between a yielding engine's looks at the gate while an interactive call holds it.
+POLL_S = 0.002
+
+
+def gate_dir() -> str:
+    """Where the gates' lock files live: ``/dev/shm`` when it is a writable directory (memory,
+    shared by the node's processes), else the system's temporary directory."""
+    shm = "/dev/shm"
+    if os.path.isdir(shm) and os.access(shm, os.W_OK):
+        return shm
+    return tempfile.gettempdir()
+
+
+def device_key(device: str | None) -> str:
+    """The name of `device`'s gate: ``cpu`` for every CPU device (the node's cores are one
+    resource); a CUDA device by the physical GPUs the process sees (``CUDA_VISIBLE_DEVICES``, as
+    Ray sets it per replica) and its index among them, so replicas sharing a GPU share a gate and
+    replicas on different GPUs of the node do not."""
+    if not str(device).startswith("cuda"):
+        return "cpu"
+    index = str(device).partition(":")[2] or "0"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all")
+    return re.sub(r"[^\w.-]", "_", f"cuda-{visible}-{index}")
+
+
+#: Linux's ``struct flock`` (64-bit ``off_t``): type, whence, start, length, pid, padding.
+_FLOCK = struct.Struct("@hhqqi4x")
+
+
+def _lock_request(kind: int) -> bytes:
+    """An open-file-description lock of the whole file, of `kind` (F_RDLCK, F_WRLCK, F_UNLCK)."""
+    return _FLOCK.pack(kind, os.SEEK_SET, 0, 0, 0)
+
+
+class DeviceGate:
+    """The gate of one device of this node (see the module docstring): a lock file in
+    `directory` (default :func:`gate_dir`) named for `key` (:func:`device_key`). Each instance
+    opens the file once, lazily, and may be used from any thread (an engine uses it from its one
+    engine thread). `clock` and `sleep` time the wait of :meth:`wait_until_clear` (tests pass
+    ones they drive).
+
+    Interactive calls hold a read lock (Linux's open file description locks, ``F_OFD_SETLKW``),
+    which never conflict with one another; a yielding engine only asks whether a write lock
+    could be placed (``F_OFD_GETLK``) and never takes one, so it cannot hold up an interactive
+    call, however low its own CPU priority. Where the system has no such locks (not Linux), the
+    gate is open: interactive calls hold nothing and every look finds it clear."""
+
+    def __init__(self, key: str, directory: str | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.path = os.path.join(directory or gate_dir(), f"dialscore-gate-{key}.lock")
+        self._clock, self._sleep = clock, sleep
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+
+    def _file(self) -> int | None:
+        if not HAS_GATES:
+            return None
+        with self._lock:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            return self._fd
+
+    @contextlib.contextmanager
+    def interactive(self) -> Iterator[None]:
+        """Hold the gate shared for the block: an interactive engine call is running. Never
+        waits: nothing takes the gate exclusively."""
+        fd = self._file()
+        if fd is None:
+            yield
+            return
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, _lock_request(fcntl.F_RDLCK))
+        try:
+            yield
+        finally:
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _lock_request(fcntl.F_UNLCK))
+
+    def is_clear(self) -> bool:
+        """Whether no interactive engine call holds the gate now (asked without locking)."""
+        fd = self._file()
+        if fd is None:
+            return True
+        got = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _lock_request(fcntl.F_WRLCK))
+        return _FLOCK.unpack(got)[0] == fcntl.F_UNLCK
+
+    def wait_until_clear(self, max_wait_s: float) -> float:
+        """Wait until no interactive engine call holds the gate, looking every :data:`POLL_S`
+        seconds, for at most `max_wait_s` seconds (by `clock`); then return the seconds waited
+        (0.0 when it was clear at once). Returning does not hold the gate: an interactive call
+        may begin the moment after."""
+        begun = self._clock()
+        while not self.is_clear():
+            waited = self._clock() - begun
+            if waited >= max_wait_s:
+                return waited
+            self._sleep(min(POLL_S, max_wait_s - waited))
+        return self._clock() - begun
+
+    def close(self) -> None:
+        """Close the lock file (a held gate is released with it)."""
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+class GatedCalls:
+    """How one serving's engine calls meet its device's `gate`. With `yield_s` (a bulk pool's
+    ``yield_to_interactive_s``) every call first waits until the gate is clear, for at most
+    `yield_s` seconds; without it, a call that serves an interactive chunk holds the gate shared
+    while it runs, and any other call runs as it comes."""
+
+    def __init__(self, gate: DeviceGate, yield_s: float | None = None) -> None:
+        self.gate, self.yield_s = gate, yield_s
+
+    @contextlib.contextmanager
+    def call(self, interactive: bool) -> Iterator[float]:
+        """The block of one engine call, given whether it serves an interactive chunk; yields the
+        seconds the call waited for the gate (0.0 unless it yields)."""
+        if self.yield_s is not None:
+            yield self.gate.wait_until_clear(self.yield_s)
+        elif interactive:
+            with self.gate.interactive():
+                yield 0.0
+        else:
+            yield 0.0

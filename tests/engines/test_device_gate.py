@@ -1,0 +1,189 @@
+"""The device gate: interactive engine calls hold it shared while they run; a yielding engine
+(a bulk pool's ``yield_to_interactive_s``) starts a call only once it is clear or after its bound.
+Time is the test's: the yielding side's clock and sleep are driven here, never waited on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="device gates need Linux's "
+                                "open file description locks")
+
+from dialscore.model_card import ModelCard
+from dialscore_server.contract.options import ServingOptions
+from dialscore_server.contradiction.engine.engine import ContradictionDetector
+from dialscore_server.contradiction.engine.pairing import DetectionJob
+from dialscore_server.contradiction.serving import ContradictionServing
+from dialscore_server.scheduling.device_gate import (
+    POLL_S, DeviceGate, GatedCalls, _lock_request, device_key,
+)
+from test_fair_chunks import dialogue
+
+
+class DrivenTime:
+    """A clock that moves only when the waiting side sleeps, and a sleep that runs the test's
+    `on_sleep(n)` at the n-th call (from 1)."""
+
+    def __init__(self, on_sleep=lambda n: None):
+        self.now, self.sleeps, self.on_sleep = 0.0, 0, on_sleep
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps += 1
+        self.now += seconds
+        self.on_sleep(self.sleeps)
+
+
+def test_an_interactive_call_closes_the_gate_to_others_until_it_ends(tmp_path):
+    holder, other = DeviceGate("cpu", str(tmp_path)), DeviceGate("cpu", str(tmp_path))
+    assert other.is_clear()
+    with holder.interactive():
+        assert not other.is_clear()
+    assert other.is_clear()
+
+
+def test_interactive_calls_never_wait_for_one_another(tmp_path):
+    first, second = DeviceGate("cpu", str(tmp_path)), DeviceGate("cpu", str(tmp_path))
+    with first.interactive():
+        fd = os.open(second.path, os.O_RDWR)
+        try:
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _lock_request(fcntl.F_RDLCK))  # raises if excluded
+        finally:
+            os.close(fd)
+
+
+def test_gates_of_different_devices_are_independent(tmp_path):
+    cpu, gpu = DeviceGate("cpu", str(tmp_path)), DeviceGate("cuda-0-0", str(tmp_path))
+    with cpu.interactive():
+        assert gpu.is_clear()
+
+
+def test_a_yielding_engine_waits_until_the_interactive_call_ends(tmp_path):
+    holder = DeviceGate("cpu", str(tmp_path))
+    held = contextlib.ExitStack()
+    held.enter_context(holder.interactive())
+    time = DrivenTime(on_sleep=lambda n: held.close() if n == 3 else None)
+    waiter = DeviceGate("cpu", str(tmp_path), clock=time.clock, sleep=time.sleep)
+    waited = waiter.wait_until_clear(max_wait_s=10.0)
+    assert time.sleeps == 3
+    assert waited == pytest.approx(3 * POLL_S)
+    assert waiter.is_clear()
+
+
+def test_a_yielding_engine_goes_ahead_after_its_bound(tmp_path):
+    holder = DeviceGate("cpu", str(tmp_path))
+    time = DrivenTime()
+    waiter = DeviceGate("cpu", str(tmp_path), clock=time.clock, sleep=time.sleep)
+    with holder.interactive():
+        waited = waiter.wait_until_clear(max_wait_s=10 * POLL_S)
+        assert not waiter.is_clear()  # still held: the bulk call runs anyway
+    assert waited == pytest.approx(10 * POLL_S)
+    assert time.sleeps == 10
+
+
+def test_a_clear_gate_costs_no_wait(tmp_path):
+    time = DrivenTime()
+    waiter = DeviceGate("cpu", str(tmp_path), clock=time.clock, sleep=time.sleep)
+    assert waiter.wait_until_clear(max_wait_s=1.0) == 0.0
+    assert time.sleeps == 0
+
+
+def test_a_holder_that_dies_releases_the_gate(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "from dialscore_server.scheduling.device_gate import DeviceGate\n"
+         f"gate = DeviceGate('cpu', {str(tmp_path)!r})\n"
+         "with gate.interactive():\n"
+         "    print('held', flush=True)\n"
+         "    sys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        gate = DeviceGate("cpu", str(tmp_path))
+        assert not gate.is_clear()
+        holder.kill()
+        holder.wait()
+        assert gate.is_clear()
+    finally:
+        holder.kill()
+
+
+def test_device_keys_name_the_cores_once_and_each_visible_gpu_apart(monkeypatch):
+    assert device_key("cpu") == device_key(None) == "cpu"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    three = device_key("cuda:0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    assert device_key("cuda") == device_key("cuda:0") != three
+    assert device_key("cuda:1") != device_key("cuda:0")
+    assert all(c.isalnum() or c in "-_." for c in three)
+
+
+class GateWitness:
+    """A detector whose classifier records, at each call, whether `witness` saw the device's
+    gate clear."""
+
+    def __init__(self, witness: DeviceGate):
+        self.witness, self.seen = witness, []
+        self.detector = ContradictionDetector(classifier=self._probs)
+
+    def _probs(self, pairs):
+        self.seen.append(self.witness.is_clear())
+        return [0.1] * len(pairs)
+
+    def detect_many(self, jobs, guard=None):
+        return self.detector.detect_many(jobs, guard)
+
+    def card(self) -> ModelCard:
+        return ModelCard(name="fake-nli", family="classifier", source="fake", revision=None,
+                         max_length=512, dtype="float32", device="cpu", stand_in=True)
+
+    def check_health(self) -> None:
+        pass
+
+
+def test_a_replica_holds_the_gate_only_while_it_computes_interactive_chunks(tmp_path):
+    engine = GateWitness(DeviceGate("cpu", str(tmp_path)))
+    serving = ContradictionServing.from_options(
+        engine, ServingOptions(), "fake", gate=DeviceGate("cpu", str(tmp_path)))
+    job = DetectionJob([dialogue(3)])
+
+    async def both():
+        await serving.detect(job, "interactive")
+        await serving.detect(job, "bulk")
+
+    asyncio.run(both())
+    assert engine.seen == [False, True]
+
+
+def test_a_yielding_replica_computes_only_once_the_interactive_call_ends(tmp_path):
+    holder = DeviceGate("cpu", str(tmp_path))
+    held = contextlib.ExitStack()
+    held.enter_context(holder.interactive())
+    time = DrivenTime(on_sleep=lambda n: held.close() if n == 2 else None)
+    engine = GateWitness(DeviceGate("cpu", str(tmp_path)))
+    serving = ContradictionServing.from_options(
+        engine, ServingOptions(yield_to_interactive_s=60), "fake",
+        gate=DeviceGate("cpu", str(tmp_path), clock=time.clock, sleep=time.sleep))
+    asyncio.run(serving.detect(DetectionJob([dialogue(3)]), "bulk"))
+    assert engine.seen == [True] and time.sleeps == 2
+
+
+def test_options_make_no_gate_without_a_device_gate_and_yield_only_when_set(tmp_path):
+    gate = DeviceGate("cpu", str(tmp_path))
+    assert ServingOptions(yield_to_interactive_s=1).gated_calls(None) is None
+    assert ServingOptions().gated_calls(gate).yield_s is None
+    calls = ServingOptions(yield_to_interactive_s=0.5).gated_calls(gate)
+    assert isinstance(calls, GatedCalls) and calls.yield_s == 0.5
+    with pytest.raises(ValueError, match="yield_to_interactive_s"):
+        ServingOptions(yield_to_interactive_s=0)
