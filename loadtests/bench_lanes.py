@@ -3,16 +3,19 @@ lanes off and on (one run, one app).
 
     python -m loadtests.bench_lanes --rate 3 --seconds 20
     python -m loadtests.bench_lanes --rate 3 --seconds 20 --num-cpus 16 --device cuda  # on a GPU
+    python -m loadtests.bench_lanes --only pool,yield  # two of the deployments
 
-One app serves the stand-in NLI classifier and the stand-in DialoGPT four times: as
+One app serves the stand-in NLI classifier and the stand-in DialoGPT six times (--only: fewer): as
 ``dialogpt-lanes-off`` (``priority_lanes: false``: one first-come-first-served queue), as
 ``dialogpt-lanes-on`` (the default lanes), as ``dialogpt-lanes-small-bulk`` (lanes, and bulk
 engine calls of at most --bulk-max-batch positions within the default 2 s
 ``bulk_max_batch_hold_s`` of an interactive arrival) and as ``dialogpt-lanes-small-bulk-always``
 (the same bound with no hold: every bulk call), and as ``dialogpt-lanes-pool`` (the default
 lanes, and a bulk pool: a second deployment of the model that serves every request asking for
-bulk, its engine thread at ``engine_priority: idle``), each one replica with 2 threads
-(``--device cuda``: each on a seventh of one GPU). Phases, each --seconds long; the interactive
+bulk, its engine thread at ``engine_priority: idle``), and as ``dialogpt-lanes-pool-yield`` (the
+same, its pool also yielding to interactive engine calls on the node,
+``yield_to_interactive_s: 0.25``, every pool call within --bulk-max-batch positions), each one
+replica with 2 threads (``--device cuda``: each on a ninth of one GPU). Phases, each --seconds long; the interactive
 stream is /v1/rerank requests (6-turn context, 8 candidates, with ``nll_model``: its NLL term
 shares the dialogue model's replica with the probe run) sent open-loop at --rate per second, no
 priority header (interactive):
@@ -28,8 +31,9 @@ priority header (interactive):
    under Linux's SCHED_IDLE policy, standing in for a client on another host. Ray starts the
    service's processes at nice 15, so only ``idle`` keeps the probe client from competing with
    them for the cores (nice 19 still weighs 15 against their 36);
-3. *beside probe, lanes on* / *small bulk* / *s.b. always* / *bulk pool*: the same against the
-   other four deployments (on the last, the probe run's requests go to the pool);
+3. *beside probe, lanes on* / *small bulk* / *s.b. always* / *bulk pool* / *yielding pool*:
+   the same against the other deployments (on the last two, the probe run's requests go to the
+   pool);
 4. *probe only*: the probe run alone on the deployments with lanes, no stream (its items per
    second over --seconds): what the bound and the pool cost bulk work when no interactive
    request comes.
@@ -71,20 +75,33 @@ CLASSIFIER = "roberta-large-mnli"
 OFF, ON, SMALL = "dialogpt-lanes-off", "dialogpt-lanes-on", "dialogpt-lanes-small-bulk"
 ALWAYS = "dialogpt-lanes-small-bulk-always"
 POOLED = "dialogpt-lanes-pool"
-#: Each deployment's share of the GPU with --device cuda (six NLL deployments and the classifier).
-GPU_SHARE = 1 / 7
+YIELDING = "dialogpt-lanes-pool-yield"
+#: --only's short names of the deployments.
+SHORT = {"off": OFF, "on": ON, "small": SMALL, "always": ALWAYS, "pool": POOLED,
+         "yield": YIELDING}
+#: Each deployment's share of the GPU with --device cuda (eight NLL deployments and the
+#: classifier).
+GPU_SHARE = 1 / 9
+#: The yielding pool's ``yield_to_interactive_s``.
+YIELD_S = 0.25
 
 
 def nll_entry(name: str, lanes: bool, device: str, bulk_max_batch: int | None = None,
-              always: bool = False, pool: bool = False) -> dict[str, Any]:
+              always: bool = False, pool: bool = False,
+              yield_bulk_max_batch: int | None = None) -> dict[str, Any]:
     """The stand-in DialoGPT served as `name` on `device` (``cuda``: a seventh of the GPU), with
     `bulk_max_batch` held for the service's default hold after each interactive arrival, or on
     every bulk call (`always`: ``bulk_max_batch_hold_s: null``); with `pool`, a bulk pool of the
-    same serving at ``engine_priority: idle``."""
+    same serving at ``engine_priority: idle``; with `yield_bulk_max_batch` as well, a pool that
+    also yields to interactive engine calls on the node (``yield_to_interactive_s``) and keeps
+    every engine call within that many positions."""
     serving = serving_options(lanes, device, bulk_max_batch, always)
+    pool_options = {**serving, "engine_priority": "idle"}
+    if yield_bulk_max_batch is not None:
+        pool_options.update(yield_to_interactive_s=YIELD_S, bulk_max_batch=yield_bulk_max_batch,
+                            bulk_max_batch_hold_s=None)
     return {"name": NLL_MODEL, "serve_as": name, "overrides": {"device": device},
-            "serving": serving,
-            **({"bulk_pool": {**serving, "engine_priority": "idle"}} if pool else {})}
+            "serving": serving, **({"bulk_pool": pool_options} if pool else {})}
 
 
 def serving_options(lanes: bool, device: str, bulk_max_batch: int | None,
@@ -110,16 +127,27 @@ def main(argv: list[str] | None = None) -> int:
                          "in for a client on another host); default 0")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="where the replicas' models run (default cpu; cuda: each deployment "
-                         "takes a fifth of one GPU, the classifier too)")
+                         "takes a ninth of one GPU, the classifier too)")
+    ap.add_argument("--only", default=",".join(SHORT),
+                    help="the deployments to measure, by short name, comma-separated (default "
+                         f"all: {','.join(SHORT)})")
     ap.add_argument("--num-cpus", type=int, default=5,
                     help="Ray's logical CPUs (default 5; the processes may use every core)")
     args = ap.parse_args(argv)
+    unknown = set(args.only.split(",")) - set(SHORT)
+    if unknown:
+        ap.error(f"--only: unknown {sorted(unknown)}; choose from {sorted(SHORT)}")
+    args.models = [SHORT[n] for n in SHORT if n in args.only.split(",")]
+    entries = {
+        OFF: nll_entry(OFF, False, args.device), ON: nll_entry(ON, True, args.device),
+        SMALL: nll_entry(SMALL, True, args.device, args.bulk_max_batch),
+        ALWAYS: nll_entry(ALWAYS, True, args.device, args.bulk_max_batch, always=True),
+        POOLED: nll_entry(POOLED, True, args.device, pool=True),
+        YIELDING: nll_entry(YIELDING, True, args.device, pool=True,
+                            yield_bulk_max_batch=args.bulk_max_batch)}
     app_args = {
         "stand_ins": str(WORK / "stand-ins"), "request_timeout_s": 300,
-        "models": [nll_entry(OFF, False, args.device), nll_entry(ON, True, args.device),
-                   nll_entry(SMALL, True, args.device, args.bulk_max_batch),
-                   nll_entry(ALWAYS, True, args.device, args.bulk_max_batch, always=True),
-                   nll_entry(POOLED, True, args.device, pool=True)],
+        "models": [entries[m] for m in args.models],
         "classifiers": [{"name": CLASSIFIER, "overrides": {"device": args.device}, "serving": {
             "num_cpus": 0.3, "num_gpus": GPU_SHARE if args.device == "cuda" else 0,
             "num_threads": 1, "max_ongoing_requests": 128, "max_queued_requests": 512}}],
@@ -251,12 +279,26 @@ def phase(url: str, model: str, probe: bool, args: argparse.Namespace,
     return latencies, (window[3] - window[1]) / (window[2] - window[0])
 
 
+#: Each deployment's name in the phases' names.
+LABEL = {OFF: "lanes off", ON: "lanes on", SMALL: "small bulk", ALWAYS: "s.b. always",
+         POOLED: "bulk pool", YIELDING: "yielding pool"}
+
+
+def phases(models: list[str]) -> list[tuple[str, str, bool, bool]]:
+    """The phases over `models`, in order: (name, deployment, probe run on, stream on). Every
+    *alone* phase first, then every *beside probe*, then every *probe only* (not on the lanes-off
+    deployment)."""
+    return ([(f"alone, {LABEL[m]}", m, False, True) for m in models]
+            + [(f"beside probe, {LABEL[m]}", m, True, True) for m in models]
+            + [(f"probe only, {LABEL[m]}", m, True, False) for m in models if m != OFF])
+
+
 def measure(url: str, args: argparse.Namespace) -> None:
     items = [item_json(i) for i in attribution_workload(10_000, "Why?").items]  # the whole sample
 
     async def warm() -> None:
         async with httpx.AsyncClient(base_url=url, timeout=300) as client:
-            for model in (OFF, ON, SMALL, ALWAYS, POOLED):
+            for model in args.models:
                 for _ in range(3):
                     (await client.post("/v1/rerank", json=rerank_body(model))).raise_for_status()
                 for lane in ("interactive", "bulk"):  # the pool too
@@ -271,20 +313,7 @@ def measure(url: str, args: argparse.Namespace) -> None:
           f"its own process at nice {args.bulk_nice})")
     rows, tails = [], []
     alone: dict[str, float | None] = {}
-    for name, model, probe, streamed in [
-            ("alone, lanes off", OFF, False, True), ("alone, lanes on", ON, False, True),
-            ("alone, small bulk", SMALL, False, True),
-            ("alone, small bulk always", ALWAYS, False, True),
-            ("alone, bulk pool", POOLED, False, True),
-            ("beside probe, lanes off", OFF, True, True),
-            ("beside probe, lanes on", ON, True, True),
-            ("beside probe, small bulk", SMALL, True, True),
-            ("beside probe, s.b. always", ALWAYS, True, True),
-            ("beside probe, bulk pool", POOLED, True, True),
-            ("probe only, lanes on", ON, True, False),
-            ("probe only, small bulk", SMALL, True, False),
-            ("probe only, s.b. always", ALWAYS, True, False),
-            ("probe only, bulk pool", POOLED, True, False)]:
+    for name, model, probe, streamed in phases(args.models):
         timed, rate = phase(url, model, probe, args, items, streamed)
         lat = [t.wall_s for t in timed]
         p50, p99 = percentile(lat, 50), percentile(lat, 99)
