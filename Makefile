@@ -24,7 +24,7 @@ CLIENT_PY    := $(CLIENT_VENV)/bin/python
 CLIENT_STAMP := $(CLIENT_VENV)/.installed
 CLIENT_FILES := $(shell find clients -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*' -not -path 'clients/build/*')
 
-.PHONY: install demo test test-fast serve standins bench loadtest record-contract clean
+.PHONY: install demo test test-client test-fast serve standins bench loadtest record-contract clean
 
 $(STAMP): pyproject.toml clients/pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,13 +54,23 @@ install: $(STAMP)
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/dialscore demo
 
+# Everything but the client's tests, listing the 30 slowest (setup included) so that a CI log
+# shows where the run's time goes; beside it, in the background, the client's install and tests
+# (test-client), whose log follows the server's. The run fails if either fails.
+test: $(STAMP)
+	@mkdir -p artifacts
+	$(MAKE) --no-print-directory test-client > artifacts/test-client.log 2>&1 & client=$$!; \
+	HF_HUB_OFFLINE=1 $(PY) -m pytest --ignore=tests/client --durations=30; server=$$?; \
+	wait $$client; client=$$?; \
+	echo "== the client's install and tests (artifacts/test-client.log) =="; \
+	cat artifacts/test-client.log; \
+	echo "server tests: exit $$server; client tests: exit $$client"; \
+	[ $$server = 0 ] && [ $$client = 0 ]
+
 # The client's tests where only the client is installed (run from tests/: the repository root
-# holds the server's editable-install metadata, which Python would see from there), then
-# everything else, listing its 30 slowest tests (setup included) so that a CI log shows where
-# the run's time goes.
-test: $(STAMP) $(CLIENT_STAMP)
+# holds the server's editable-install metadata, which Python would see from there).
+test-client: $(CLIENT_STAMP)
 	cd tests && HF_HUB_OFFLINE=1 DIALSCORE_CLIENT_ONLY=1 $(CURDIR)/$(CLIENT_PY) -m pytest client
-	HF_HUB_OFFLINE=1 $(PY) -m pytest --ignore=tests/client --durations=30
 
 # The inner loop: everything but the tests marked slow (own apps, training, cluster, soak).
 test-fast: $(STAMP)
