@@ -16,15 +16,13 @@ import pytest
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="device gates need Linux's "
                                 "open file description locks")
 
-from dialscore.model_card import ModelCard
 from dialscore_server.contract.options import ServingOptions
-from dialscore_server.contradiction.engine.engine import ContradictionDetector
 from dialscore_server.contradiction.engine.pairing import DetectionJob
 from dialscore_server.contradiction.serving import ContradictionServing
 from dialscore_server.scheduling.device_gate import (
     POLL_S, DeviceGate, GatedCalls, _lock_request, device_key,
 )
-from test_fair_chunks import dialogue
+from test_fair_chunks import GatedDetector, dialogue
 
 
 class DrivenTime:
@@ -129,27 +127,17 @@ def test_device_keys_name_the_cores_once_and_each_visible_gpu_apart(monkeypatch)
     assert all(c.isalnum() or c in "-_." for c in three)
 
 
-class GateWitness:
+class GateWitness(GatedDetector):
     """A detector whose classifier records, at each call, whether `witness` saw the device's
     gate clear."""
 
     def __init__(self, witness: DeviceGate):
         self.witness, self.seen = witness, []
-        self.detector = ContradictionDetector(classifier=self._probs)
+        super().__init__()
 
     def _probs(self, pairs):
         self.seen.append(self.witness.is_clear())
-        return [0.1] * len(pairs)
-
-    def detect_many(self, jobs, guard=None):
-        return self.detector.detect_many(jobs, guard)
-
-    def card(self) -> ModelCard:
-        return ModelCard(name="fake-nli", family="classifier", source="fake", revision=None,
-                         max_length=512, dtype="float32", device="cpu", stand_in=True)
-
-    def check_health(self) -> None:
-        pass
+        return super()._probs(pairs)
 
 
 def test_a_replica_holds_the_gate_only_while_it_computes_interactive_chunks(tmp_path):
