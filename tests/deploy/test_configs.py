@@ -33,6 +33,20 @@ def test_config_validates_against_serve_and_app_schemas(name, config):
             assert entry.serving.max_ongoing_requests > 5
 
 
+def test_a_model_deployments_serve_options_are_its_serving_options_as_serve_reads_them():
+    from ray.serve.schema import DeploymentSchema
+
+    from dialscore_server.contract.options import ServingOptions
+    from dialscore_server.gateway.build import serve_options
+
+    opts = ServingOptions(health_check_period_s=1.5, max_ongoing_requests=7,
+                          max_queued_requests=9, num_replicas=2, num_cpus=0.25)
+    deployment = DeploymentSchema.model_validate(serve_options("nll-x", opts))
+    assert (deployment.health_check_period_s, deployment.max_ongoing_requests,
+            deployment.max_queued_requests, deployment.num_replicas) == (1.5, 7, 9, 2)
+    assert deployment.ray_actor_options.num_cpus == 0.25
+
+
 def test_kuberay_embeds_the_cluster_config_verbatim():
     manifest = yaml.safe_load((DEPLOYMENTS / "kuberay" / "rayservice.yaml").read_text())
     cluster = yaml.safe_load((DEPLOYMENTS / "cluster.yaml").read_text())

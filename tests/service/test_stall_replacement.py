@@ -2,10 +2,10 @@
 
 This module's app (`stall`, under /stall) serves one NLL deployment with a gated fake engine
 (gated_engines.py: every engine call waits at a gate the test opens) and
-``engine_stall_s: 2``. The test sends one request with the gate closed, so its engine call is at
+``engine_stall_s: 2``, its health checked every second (``health_check_period_s: 1``). The test sends one request with the gate closed, so its engine call is at
 work and never returns, by construction. From two seconds into the call, the replica's health
 check fails (:class:`~dialscore_server.scheduling.serving.EngineStalled`); Serve replaces the
-replica after its failed checks in a row (every ``health_check_period_s``, Ray's default 10 s).
+replica after three failed checks in a row.
 The held request is answered as a dying replica's are (424, retryable), not left hanging; once
 the old replica is gone the test opens the gate and the replacement serves.
 
@@ -41,6 +41,8 @@ APP = "stall"
 DEPLOYMENT = "nll-hung"
 #: The app's stall bound: far below the hang guard, far above a fake engine's health probe.
 STALL_S = 2.0
+#: The app's health_check_period_s (Serve's default: 10 s).
+HEALTH_CHECK_S = 1.0
 #: Permits enough for any test: the gate is open.
 OPEN = 10**6
 
@@ -55,7 +57,8 @@ def stalling(stand_ins, served):
     args = app_args(stand_ins, models=[
         {"name": "dialogpt-medium", "serve_as": "hung",
          "serving": {**ONE_THREAD, "engine": "gated_engines:GatedNLLEngine",
-                     "engine_stall_s": STALL_S}}], request_timeout_s=DEADLINE_S)
+                     "engine_stall_s": STALL_S, "health_check_period_s": HEALTH_CHECK_S}}],
+        request_timeout_s=DEADLINE_S)
     gate = open_gate()  # kept referenced: a gate nobody holds is gone
     ray.get(gate.allow_starts.remote(OPEN))
     try:

@@ -141,6 +141,14 @@ class ServingOptions(BaseModel):
         "a minute on 2 CPU cores, so the default leaves a tenfold margin; lower it on GPUs to "
         "replace a hung replica sooner. null: never (an engine call at work always "
         "passes the check).")
+    health_check_period_s: float = Field(
+        10.0, gt=0, le=600, description="How often Serve runs each replica's health check "
+        "(Serve's `health_check_period_s`; its default, 10 s): the engine's tiny real pass when "
+        "the engine is idle, the `engine_stall_s` bound while a call is at work. Serve replaces a "
+        "replica after three failed checks in a row, so a replica whose engine call hangs is "
+        "replaced about `engine_stall_s` + 3 x this after the call began. Lower it with "
+        "`engine_stall_s` to replace hung replicas sooner; each check of an idle replica costs "
+        "one tiny engine pass.")
     engine_priority: EnginePriority = Field(
         "normal", description="The CPU priority of the replica's engine calls, on Linux: the "
         "thread that runs them and PyTorch's CPU threads it starts. `normal`: the replica "

@@ -55,6 +55,7 @@ def serve_options(name: str, opts: ServingOptions) -> dict[str, Any]:
     options: dict[str, Any] = dict(
         name=name, max_ongoing_requests=opts.max_ongoing_requests,
         max_queued_requests=opts.max_queued_requests,
+        health_check_period_s=opts.health_check_period_s,
         ray_actor_options={"num_cpus": opts.num_cpus, "num_gpus": opts.num_gpus},
     )
     if opts.autoscaling_config:
