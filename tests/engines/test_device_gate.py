@@ -175,3 +175,12 @@ def test_options_make_no_gate_without_a_device_gate_and_yield_only_when_set(tmp_
     assert isinstance(calls, GatedCalls) and calls.yield_s == 0.5
     with pytest.raises(ValueError, match="yield_to_interactive_s"):
         ServingOptions(yield_to_interactive_s=0)
+
+
+def test_a_gate_whose_file_cannot_be_opened_is_open_and_says_so(tmp_path, caplog):
+    gate = DeviceGate("cpu", str(tmp_path / "missing"))
+    with gate.interactive():
+        assert gate.is_clear()
+    assert gate.wait_until_clear(max_wait_s=1.0) == 0.0
+    warnings = [r for r in caplog.records if "cannot be opened" in r.getMessage()]
+    assert len(warnings) == 1 and str(tmp_path / "missing") in warnings[0].getMessage()

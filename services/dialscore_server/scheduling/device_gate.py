@@ -26,6 +26,7 @@ released when its holder exits, so a replica that dies mid-call never blocks ano
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import struct
@@ -40,6 +41,8 @@ if sys.platform == "linux":
 
 #: Whether this system has the locks a gate needs (Linux's open file description locks).
 HAS_GATES = sys.platform == "linux" and hasattr(fcntl, "F_OFD_GETLK")
+
+logger = logging.getLogger("dialscore.serve")
 
 #: Seconds between a yielding engine's looks at the gate while an interactive call holds it.
 POLL_S = 0.002
@@ -85,8 +88,9 @@ class DeviceGate:
     Interactive calls hold a read lock (Linux's open file description locks, ``F_OFD_SETLKW``),
     which never conflict with one another; a yielding engine only asks whether a write lock
     could be placed (``F_OFD_GETLK``) and never takes one, so it cannot hold up an interactive
-    call, however low its own CPU priority. Where the system has no such locks (not Linux), the
-    gate is open: interactive calls hold nothing and every look finds it clear."""
+    call, however low its own CPU priority. Where the system has no such locks (not Linux), or
+    the lock file cannot be opened (logged once), the gate is open: interactive calls hold
+    nothing and every look finds it clear."""
 
     def __init__(self, key: str, directory: str | None = None,
                  clock: Callable[[], float] = time.monotonic,
@@ -94,14 +98,22 @@ class DeviceGate:
         self.path = os.path.join(directory or gate_dir(), f"dialscore-gate-{key}.lock")
         self._clock, self._sleep = clock, sleep
         self._fd: int | None = None
+        self._unavailable = False
         self._lock = threading.Lock()
 
     def _file(self) -> int | None:
+        """The lock file, opened on first use; None where the gate is open (no such locks here,
+        or the file cannot be opened: logged once, and the engine serves ungated)."""
         if not HAS_GATES:
             return None
         with self._lock:
-            if self._fd is None:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            if self._fd is None and not self._unavailable:
+                try:
+                    self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+                except OSError as exc:
+                    self._unavailable = True
+                    logger.warning("device gate %s cannot be opened, so engine calls here are "
+                                   "not gated: %s", self.path, exc)
             return self._fd
 
     @contextlib.contextmanager
@@ -131,6 +143,8 @@ class DeviceGate:
         seconds, for at most `max_wait_s` seconds (by `clock`); then return the seconds waited
         (0.0 when it was clear at once). Returning does not hold the gate: an interactive call
         may begin the moment after."""
+        if self.is_clear():
+            return 0.0
         begun = self._clock()
         while not self.is_clear():
             waited = self._clock() - begun
