@@ -39,8 +39,10 @@ from collections.abc import Callable, Iterator
 if sys.platform == "linux":
     import fcntl
 
-#: Whether this system has the locks a gate needs (Linux's open file description locks).
-HAS_GATES = sys.platform == "linux" and hasattr(fcntl, "F_OFD_GETLK")
+#: Whether this system has the locks a gate needs: Linux's open file description locks, on a
+#: 64-bit build (the layout of ``struct flock`` below).
+HAS_GATES = (sys.platform == "linux" and hasattr(fcntl, "F_OFD_GETLK")
+             and struct.calcsize("P") == 8)
 
 logger = logging.getLogger("dialscore.serve")
 
