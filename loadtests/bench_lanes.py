@@ -13,7 +13,7 @@ engine calls of at most --bulk-max-batch positions within the default 2 s
 (the same bound with no hold: every bulk call), and as ``dialogpt-lanes-pool`` (the default
 lanes, and a bulk pool: a second deployment of the model that serves every request asking for
 bulk, its engine thread at ``engine_priority: idle``), and as ``dialogpt-lanes-pool-yield`` (the
-same, its pool also yielding to interactive engine calls on the node,
+same, its pool also yielding to interactive requests on the node,
 ``yield_to_interactive_s: 0.25``, every pool call within --bulk-max-batch positions), each one
 replica with 2 threads (``--device cuda``: each on a ninth of one GPU). Phases, each --seconds long; the interactive
 stream is /v1/rerank requests (6-turn context, 8 candidates, with ``nll_model``: its NLL term

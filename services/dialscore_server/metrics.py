@@ -326,7 +326,8 @@ LANE_LATENCY = Metric(
 ENGINE_YIELD_SECONDS = Metric(
     "counter", "dialscore_engine_yield_seconds_total",
     "Seconds a yielding model replica (a bulk pool with `yield_to_interactive_s`) held its engine "
-    "calls back while interactive engine calls ran on the same device of its node.", ["model"])
+    "calls back while interactive requests were in replicas on the same device of its node.",
+    ["model"])
 
 #: Every metric, for the dashboard test and documentation.
 ALL: tuple[Metric, ...] = (REQUESTS, ERRORS, LATENCY, ITEMS, TOKENS, BATCH_SIZE, BATCH_REQUESTS,

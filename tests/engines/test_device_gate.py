@@ -184,3 +184,54 @@ def test_a_gate_whose_file_cannot_be_opened_is_open_and_says_so(tmp_path, caplog
     assert gate.wait_until_clear(max_wait_s=1.0) == 0.0
     warnings = [r for r in caplog.records if "cannot be opened" in r.getMessage()]
     assert len(warnings) == 1 and str(tmp_path / "missing") in warnings[0].getMessage()
+
+
+def test_an_interactive_request_holds_the_gate_while_it_waits_for_the_engine(tmp_path):
+    """A bulk call is at work (the engine holds it until the test releases it); an interactive
+    request that arrives meanwhile closes the gate while it waits in the replica's queue, before
+    any engine call of its own, and the gate clears once it is answered."""
+    witness = DeviceGate("cpu", str(tmp_path))
+    engine = GatedDetector(gated=True)
+    serving = ContradictionServing.from_options(
+        engine, ServingOptions(), "fake", gate=DeviceGate("cpu", str(tmp_path)))
+    job = DetectionJob([dialogue(3)])
+
+    async def scenario():
+        bulk = asyncio.create_task(serving.detect(job, "bulk"))
+        for _ in range(10_000):
+            if engine.calls:
+                break
+            await asyncio.sleep(0.001)
+        assert engine.calls == [3] and witness.is_clear()   # a bulk call holds nothing
+        interactive = asyncio.create_task(serving.detect(job, "interactive"))
+        for _ in range(10_000):
+            if not witness.is_clear():
+                break
+            await asyncio.sleep(0.001)
+        closed_while_waiting = not witness.is_clear() and engine.calls == [3]
+        engine.release.set()
+        await asyncio.gather(bulk, interactive)
+        return closed_while_waiting
+
+    assert asyncio.run(scenario())
+    assert engine.calls == [3, 3] and witness.is_clear()
+
+
+def test_a_request_served_as_bulk_for_its_cost_leaves_the_gate_clear(tmp_path):
+    witness = DeviceGate("cpu", str(tmp_path))
+    engine = GateWitness(witness)
+    serving = ContradictionServing.from_options(
+        engine, ServingOptions(interactive_max_cost=1), "fake",
+        gate=DeviceGate("cpu", str(tmp_path)))
+    reply = asyncio.run(serving.detect(DetectionJob([dialogue(3)]), "interactive"))
+    assert reply.lane == "bulk" and engine.seen == [True] and witness.is_clear()
+
+
+def test_overlapping_holds_of_one_gate_release_it_with_the_last(tmp_path):
+    holder, other = DeviceGate("cpu", str(tmp_path)), DeviceGate("cpu", str(tmp_path))
+    first = contextlib.ExitStack()
+    first.enter_context(holder.interactive())
+    with holder.interactive():
+        first.close()
+        assert not other.is_clear()
+    assert other.is_clear()

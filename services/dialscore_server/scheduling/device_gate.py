@@ -7,8 +7,10 @@ interactive pass running beside it (shared caches, memory bandwidth, the wake-up
 team), and a GPU has no priority between processes at all. A :class:`DeviceGate` keeps them
 apart in time instead:
 
-* every engine call that serves an interactive chunk holds the gate of its device **shared**
-  (:meth:`DeviceGate.interactive`) while it runs, so interactive calls never wait for one
+* every interactive request holds the gate of its device **shared**
+  (:meth:`DeviceGate.interactive`) from the moment its replica admits it until its answer is
+  complete (its tokenization, its wait in the replica's queue and its engine calls), so a bulk
+  call cannot start while it waits for the engine; interactive requests never wait for one
   another or for a bulk call;
 * an engine that yields (``yield_to_interactive_s``: a bulk pool) starts each call only when no
   interactive call holds its device's gate (:meth:`DeviceGate.wait_until_clear`), or once it has
@@ -18,8 +20,8 @@ apart in time instead:
 The gate of a device is a lock on a file named for the device, in ``/dev/shm`` where it
 exists (else the system's temporary directory), so it is shared by every process of the node's
 filesystem: the replicas of one Ray node, or of one KubeRay pod. A yielding call already
-running is not interrupted: an interactive call arriving meanwhile waits in its own replica as
-it would anyway, and bulk calls should be short (``bulk_max_batch``). The lock is the kernel's,
+running is not interrupted: an interactive request arriving meanwhile computes beside it (on a
+GPU, after it), so bulk calls should be short (``bulk_max_batch``). The lock is the kernel's,
 released when its holder exits, so a replica that dies mid-call never blocks another.
 """
 
@@ -102,6 +104,8 @@ class DeviceGate:
         self._fd: int | None = None
         self._unavailable = False
         self._lock = threading.Lock()
+        #: Blocks of :meth:`interactive` open now; the lock is held while any is.
+        self._holders = 0
 
     def _file(self) -> int | None:
         """The lock file, opened on first use; None where the gate is open (no such locks here,
@@ -120,17 +124,24 @@ class DeviceGate:
 
     @contextlib.contextmanager
     def interactive(self) -> Iterator[None]:
-        """Hold the gate shared for the block: an interactive engine call is running. Never
-        waits: nothing takes the gate exclusively."""
+        """Hold the gate shared for the block: interactive work is about. Blocks may overlap,
+        from any threads: the lock is taken when the first opens and released when the last
+        closes. Never waits: nothing takes the gate exclusively."""
         fd = self._file()
         if fd is None:
             yield
             return
-        fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, _lock_request(fcntl.F_RDLCK))
+        with self._lock:
+            if self._holders == 0:
+                fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, _lock_request(fcntl.F_RDLCK))
+            self._holders += 1
         try:
             yield
         finally:
-            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _lock_request(fcntl.F_UNLCK))
+            with self._lock:
+                self._holders -= 1
+                if self._holders == 0:
+                    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _lock_request(fcntl.F_UNLCK))
 
     def is_clear(self) -> bool:
         """Whether no interactive engine call holds the gate now (asked without locking)."""
@@ -145,15 +156,15 @@ class DeviceGate:
         seconds, for at most `max_wait_s` seconds (by `clock`); then return the seconds waited
         (0.0 when it was clear at once). Returning does not hold the gate: an interactive call
         may begin the moment after."""
-        if self.is_clear():
-            return 0.0
-        begun = self._clock()
+        begun: float | None = None
         while not self.is_clear():
+            if begun is None:
+                begun = self._clock()
             waited = self._clock() - begun
             if waited >= max_wait_s:
                 return waited
             self._sleep(min(POLL_S, max_wait_s - waited))
-        return self._clock() - begun
+        return 0.0 if begun is None else self._clock() - begun
 
     def close(self) -> None:
         """Close the lock file (a held gate is released with it)."""
@@ -164,13 +175,24 @@ class DeviceGate:
 
 
 class GatedCalls:
-    """How one serving's engine calls meet its device's `gate`. With `yield_s` (a bulk pool's
-    ``yield_to_interactive_s``) every call first waits until the gate is clear, for at most
-    `yield_s` seconds; without it, a call that serves an interactive chunk holds the gate shared
-    while it runs, and any other call runs as it comes."""
+    """How one serving's requests and engine calls meet its device's `gate`. With `yield_s` (a
+    bulk pool's ``yield_to_interactive_s``) every engine call first waits until the gate is
+    clear, for at most `yield_s` seconds, and requests hold nothing; without it, an interactive
+    request holds the gate shared while the serving has it (:meth:`request`), as does an engine
+    call that serves an interactive chunk (:meth:`call`), and any other call runs as it comes."""
 
     def __init__(self, gate: DeviceGate, yield_s: float | None = None) -> None:
         self.gate, self.yield_s = gate, yield_s
+
+    @contextlib.contextmanager
+    def request(self) -> Iterator[None]:
+        """The block of one interactive request in the serving: the gate is held shared
+        throughout, unless this serving yields."""
+        if self.yield_s is not None:
+            yield
+            return
+        with self.gate.interactive():
+            yield
 
     @contextlib.contextmanager
     def call(self, interactive: bool) -> Iterator[float]:

@@ -118,10 +118,11 @@ class ChunkedServing(Generic[C, V]):
             (:class:`EngineStalled`); None: an engine call at work always passes it.
         priority: the engine thread's CPU priority
             (:data:`~dialscore_server.scheduling.engine_thread.EnginePriority`).
-        gate: how engine calls meet the gate of the engine's device on this node
-            (:class:`~dialscore_server.scheduling.device_gate.GatedCalls`: a call serving an
-            interactive chunk holds it; a yielding serving's calls wait for it to clear); None:
-            no gate (in-process servings).
+        gate: how requests and engine calls meet the gate of the engine's device on this node
+            (:class:`~dialscore_server.scheduling.device_gate.GatedCalls`: an interactive
+            request holds it while it is here, from admission to its last chunk's outcome; a
+            yielding serving's calls wait for it to clear); None: no gate (in-process
+            servings).
         clock: what times the engine call at work (monotonic seconds; tests pass one they
             advance).
 
@@ -217,20 +218,27 @@ class ChunkedServing(Generic[C, V]):
         """The whole path of one request that asked for `lane`: ``admit()`` off the event loop
         (its InputError is the reply's error), then its chunks in turn, in the lane
         :meth:`LanePolicy.lane_of <dialscore_server.scheduling.lanes.LanePolicy.lane_of>` gives
-        it for its cost; the values of its chunks in order, and that lane. Cancelling the caller
-        drops what is left. ``tokenize_s`` is admission's time; ``queue_s`` includes the wait for
-        requests admitted alongside (:mod:`~dialscore_server.scheduling.arrivals`)."""
+        it for its cost; the values of its chunks in order, and that lane. A request that asked
+        for the interactive lane holds the device gate (see `gate`) throughout, or until its cost
+        puts it in the bulk lane. Cancelling the caller drops what is left. ``tokenize_s`` is
+        admission's time; ``queue_s`` includes the wait for requests admitted alongside
+        (:mod:`~dialscore_server.scheduling.arrivals`)."""
         begun = time.perf_counter()
-        try:
-            chunks, admit_s, waited = await self.arrivals.admit(admit)
-        except InputError as exc:
-            return Reply(error=exc)
-        served = self.lanes.lane_of(lane, sum(c.cost for c in chunks))
-        chunks = self._in_lane(chunks, served)
-        try:
-            turns = await take_turns(chunks, self._runner, self.ledger)
-        except ServiceError as exc:
-            return Reply(error=exc, lane=served)
+        with contextlib.ExitStack() as holding:
+            if lane == "interactive" and self._gate is not None:
+                holding.enter_context(self._gate.request())
+            try:
+                chunks, admit_s, waited = await self.arrivals.admit(admit)
+            except InputError as exc:
+                return Reply(error=exc)
+            served = self.lanes.lane_of(lane, sum(c.cost for c in chunks))
+            if served != "interactive":
+                holding.close()
+            chunks = self._in_lane(chunks, served)
+            try:
+                turns = await take_turns(chunks, self._runner, self.ledger)
+            except ServiceError as exc:
+                return Reply(error=exc, lane=served)
         metrics.LANE_LATENCY.labels(self.model, served).observe(time.perf_counter() - begun)
         return Reply(value=turns.values, compute_s=turns.compute_s, queue_s=turns.queue_s + waited,
                      tokenize_s=admit_s, lane=served)
