@@ -22,23 +22,8 @@ from dialscore_server.contradiction.serving import ContradictionServing
 from dialscore_server.scheduling.device_gate import (
     POLL_S, DeviceGate, GatedCalls, _lock_request, device_key,
 )
+from driven_time import DrivenTime
 from test_fair_chunks import GatedDetector, dialogue
-
-
-class DrivenTime:
-    """A clock that moves only when the waiting side sleeps, and a sleep that runs the test's
-    `on_sleep(n)` at the n-th call (from 1)."""
-
-    def __init__(self, on_sleep=lambda n: None):
-        self.now, self.sleeps, self.on_sleep = 0.0, 0, on_sleep
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps += 1
-        self.now += seconds
-        self.on_sleep(self.sleeps)
 
 
 def test_an_interactive_call_closes_the_gate_to_others_until_it_ends(tmp_path):

@@ -5,7 +5,9 @@ service's: the routers of :mod:`dialscore_server.nll`, :mod:`~dialscore_server.n
 :mod:`~dialscore_server.contradiction` and :mod:`~dialscore_server.rerank`, with the error
 handlers of :mod:`dialscore_server.contract.http_errors`. What the service's gateway adds and a
 file does not need is left out: authentication, the body-size middleware (a line's size is the
-file's business), metrics by route, and request deadlines (a job waits for its engines).
+file's business), metrics by route, and request deadlines (a job waits for its engines). Every
+request asks for the bulk lane (:data:`~dialscore_server.contract.priority.PRIORITY_HEADER`), so
+the serving options meant for bulk work (``bulk_max_batch``) hold as they do in a bulk pool.
 
 :class:`BatchScorer` is also the callable class of the Ray Data stage (``map_batches``): a batch of
 rows in, the same rows with their ``output`` line (JSON text) out.
@@ -15,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dialscore_server.batch.lines import BATCH_URLS, Request, output_line
 from dialscore_server.batch.models import JobModels, build_directory
+from dialscore_server.contract.priority import PRIORITY_HEADER
+from dialscore_server.scheduling.device_gate import DeviceGate, device_gate
 
 #: Base URL of the in-process calls (never resolved: the transport is the app itself).
 BASE_URL = "http://batch.invalid"
@@ -48,12 +52,15 @@ def build_batch_app(directory: Any):
 
 
 class BatchScorer:
-    """The job's models and routes in this process; :meth:`score` answers request lines."""
+    """The job's models and routes in this process; :meth:`score` answers request lines.
+    `gate_of`: the device gates yielding models wait at (default: the node's; see
+    :func:`~dialscore_server.batch.models.build_directory`)."""
 
-    def __init__(self, models: JobModels):
+    def __init__(self, models: JobModels,
+                 gate_of: Callable[[str | None], DeviceGate] = device_gate):
         import httpx
 
-        self.directory = build_directory(models)
+        self.directory = build_directory(models, gate_of)
         self.app = build_batch_app(self.directory)
         self._loop = asyncio.new_event_loop()
         self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app),
@@ -62,7 +69,7 @@ class BatchScorer:
     async def _one(self, request: Request) -> dict[str, Any]:
         response = await self._client.request(
             request.method, request.url, content=json.dumps(request.body).encode(),
-            headers={"content-type": "application/json"})
+            headers={"content-type": "application/json", PRIORITY_HEADER: "bulk"})
         try:
             body = response.json()
         except ValueError:

@@ -52,7 +52,7 @@ def _batch(args: argparse.Namespace) -> int:
     if args.batch_size < 1 or args.concurrency < 1:
         raise SystemExit("dialscore batch: --batch-size and --concurrency must be at least 1")
     app = app_args_from_yaml(args.config or LOCAL_CONFIG)
-    models = JobModels(nll=app.model_configs(), classifiers=app.classifier_configs(),
+    models = JobModels(nll=app.batch_model_configs(), classifiers=app.classifier_configs(),
                        limits=app.limits)
     executor = (InlineExecutor(models, args.batch_size) if args.executor == "inline" else
                 RayDataExecutor(models, address=args.address, concurrency=args.concurrency,

@@ -9,7 +9,7 @@ from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.engine import engine_class
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.heap import freeze_loaded_heap
-from dialscore_server.scheduling.device_gate import DeviceGate, device_key
+from dialscore_server.scheduling.device_gate import DeviceGate, device_gate
 
 
 class ModelDeployment:
@@ -41,7 +41,7 @@ class ModelDeployment:
     def device_gate(self) -> DeviceGate:
         """The gate of the engine's device on this node
         (:mod:`~dialscore_server.scheduling.device_gate`), for the serving's engine calls."""
-        return DeviceGate(device_key(self.engine.card().device))
+        return device_gate(self.engine.card().device)
 
     async def card(self) -> ModelCard:
         """The model's card (GET /v1/models, every response's provenance)."""

@@ -125,6 +125,13 @@ class AppArgs(_Args):
             out.append((cfg, entry.serving))
         return out
 
+    def batch_model_configs(self) -> list[tuple[ModelConfig, ServingOptions]]:
+        """The dialogue models as a batch job (``dialscore batch``) scores them, a job being bulk
+        work: each one's resolved config with its bulk pool's serving options where it has a
+        pool, else its own."""
+        return [(cfg, entry.bulk_pool or options)
+                for entry, (cfg, options) in zip(self.models, self.model_configs())]
+
     def bulk_pools(self) -> list[tuple[ModelConfig, ServingOptions]]:
         """The dialogue models that have a bulk pool: each one's resolved config with its pool's
         serving options."""

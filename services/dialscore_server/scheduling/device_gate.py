@@ -73,6 +73,12 @@ def device_key(device: str | None) -> str:
     return re.sub(r"[^\w.-]", "_", f"cuda-{visible}-{index}")
 
 
+def device_gate(device: str | None) -> DeviceGate:
+    """The gate of `device` (a card's ``device``: ``cpu``, ``cuda:1``) on this node, in
+    :func:`gate_dir`."""
+    return DeviceGate(device_key(device))
+
+
 #: Linux's ``struct flock`` (64-bit ``off_t``): type, whence, start, length, pid, padding.
 _FLOCK = struct.Struct("@hhqqi4x")
 
