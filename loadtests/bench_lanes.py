@@ -4,6 +4,7 @@ lanes off and on (one run, one app).
     python -m loadtests.bench_lanes --rate 3 --seconds 20
     python -m loadtests.bench_lanes --rate 3 --seconds 20 --num-cpus 16 --device cuda  # on a GPU
     python -m loadtests.bench_lanes --only pool,yield  # two of the deployments
+    python -m loadtests.bench_lanes --only pool --rounds 5  # every phase 5 times, interleaved
 
 One app serves the stand-in NLI classifier and the stand-in DialoGPT six times (--only: fewer): as
 ``dialogpt-lanes-off`` (``priority_lanes: false``: one first-come-first-served queue), as
@@ -38,9 +39,14 @@ priority header (interactive):
    second over --seconds): what the bound and the pool cost bulk work when no interactive
    request comes.
 
-Reported: the stream's p50/p99 latency and the probe run's items per second (items answered
-while the stream ran, counted per request), per phase, and the ratios of p99 to the *alone* p99
-of the same deployment. Then, for each phase's slowest tenth (at least 3 requests), where their
+With ``--rounds N`` the whole sequence of phases runs N times, one round after another, so that
+a drift of the host's speed reaches every phase alike.
+
+Reported: the stream's p50/p99 latency over the requests of all rounds and the probe run's items
+per second (items answered while the stream ran, counted per request; the mean over rounds), per
+phase, and the ratio of p99 to the *alone* p99 of the same deployment; with more than one round,
+also the lowest and highest of each round's own ratio (its phase's p99 over the same round's
+*alone* p99), the spread one run of one round can show. Then, for each phase's slowest tenth (at least 3 requests), where their
 time went, as medians in milliseconds from the rerank's timing headers
 (contract/timing_headers.py): *replica queue* (``x-queue-time``: waiting in the detector's and
 the NLL replica's batch queues, summed), *engine* (``x-compute-time``, summed likewise),
@@ -131,9 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(SHORT),
                     help="the deployments to measure, by short name, comma-separated (default "
                          f"all: {','.join(SHORT)})")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the whole sequence of phases this many times (default 1); "
+                         "percentiles pool the rounds' requests")
     ap.add_argument("--num-cpus", type=int, default=5,
                     help="Ray's logical CPUs (default 5; the processes may use every core)")
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     unknown = set(args.only.split(",")) - set(SHORT)
     if unknown:
         ap.error(f"--only: unknown {sorted(unknown)}; choose from {sorted(SHORT)}")
@@ -185,6 +196,13 @@ def tail_breakdown(timed: list[Timed]) -> list[float | None]:
     return [statistics.median(f(t) for t in slow) for f in (
         lambda t: t.wall_s * 1e3, lambda t: t.queue_ms, lambda t: t.compute_ms,
         lambda t: t.tokenize_ms, lambda t: t.elsewhere_ms)]
+
+
+def ratio_of_p99(timed: list[Timed], alone: list[Timed]) -> float | None:
+    """The p99 of `timed` over that of `alone` (None when either has none)."""
+    p99 = percentile([t.wall_s for t in timed], 99)
+    base = percentile([t.wall_s for t in alone], 99)
+    return p99 / base if p99 and base else None
 
 
 async def stream(client: httpx.AsyncClient, model: str, rate: float, seconds: float
@@ -310,26 +328,36 @@ def measure(url: str, args: argparse.Namespace) -> None:
     print(f"interactive: /v1/rerank 6-turn context x 8 candidates with nll_model, {args.rate:g}/s "
           f"for {args.seconds:g} s; bulk: a probe run of {len(items)} attribution items "
           f"(nll_many, 64 per request, concurrency {args.concurrency}, X-Dialscore-Priority: bulk, "
-          f"its own process at nice {args.bulk_nice})")
+          f"its own process at nice {args.bulk_nice}); {args.rounds} round(s) of every phase")
+    plan = phases(args.models)
+    # Per phase, one (requests, probe items/s) per round.
+    runs: dict[str, list[tuple[list[Timed], float]]] = {name: [] for name, *_ in plan}
+    for _ in range(args.rounds):
+        for name, model, probe, streamed in plan:
+            runs[name].append(phase(url, model, probe, args, items, streamed))
     rows, tails = [], []
-    alone: dict[str, float | None] = {}
-    for name, model, probe, streamed in phases(args.models):
-        timed, rate = phase(url, model, probe, args, items, streamed)
+    for name, model, probe, streamed in plan:
+        alone = runs[f"alone, {LABEL[model]}"]
+        timed = [t for got, _ in runs[name] for t in got]
         lat = [t.wall_s for t in timed]
         p50, p99 = percentile(lat, 50), percentile(lat, 99)
-        if not probe:
-            alone[model] = p99
-        base = alone.get(model)
-        rows.append([name, len(lat), p50, p99, p99 / base if p99 and base else None,
-                     rate if probe else None])
+        base = percentile([t.wall_s for got, _ in alone for t in got], 99)
+        ratios = [ratio_of_p99(got, alone_got) for (got, _), (alone_got, _) in zip(runs[name], alone)]
+        spread = (f"{min(ratios):.2f}-{max(ratios):.2f}" if streamed and None not in ratios
+                  else None)
+        rows.append([name, len(lat), p50, p99, p99 / base if p99 and base else None, spread,
+                     statistics.mean(r for _, r in runs[name]) if probe else None])
         if streamed:
             tails.append([name, *tail_breakdown(timed)])
-    columns = [Column("phase", 25, left=True), Column("n", 4, "d"), Column("p50 s", 7, ".3f"),
+    columns = [Column("phase", 27, left=True), Column("n", 4, "d"), Column("p50 s", 7, ".3f"),
                Column("p99 s", 7, ".3f"), Column("p99/alone", 9, ".2f"),
-               Column("probe items/s", 13, ".1f")]
+               Column("rounds' p99/alone", 17), Column("probe items/s", 13, ".1f")]
+    if args.rounds == 1:
+        columns.pop(5)
+        rows = [row[:5] + row[6:] for row in rows]
     print(table(columns, rows))
     print("\nthe slowest tenth of each phase (medians, ms):")
-    print(table([Column("phase", 25, left=True), *(Column(t, w, ".1f") for t, w in (
+    print(table([Column("phase", 27, left=True), *(Column(t, w, ".1f") for t, w in (
         ("wall", 7), ("replica queue", 13), ("engine", 7), ("tokenize", 8), ("elsewhere", 9)))],
         tails))
 
