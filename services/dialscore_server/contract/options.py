@@ -162,14 +162,15 @@ class ServingOptions(BaseModel):
     yield_to_interactive_s: float | None = Field(
         None, gt=0, description="For a model's bulk pool (`bulk_pool`): before each engine call, "
         "wait while an interactive request is in another replica on the same device of this "
-        "node, from its admission to its answer (the node's cores, or the same GPU), for at most this many "
-        "seconds; then the call runs anyway, so bulk work always progresses (at least one call "
-        "per this many seconds while interactive calls follow each other with no gap). A call "
-        "already running is never interrupted: keep bulk calls short with `bulk_max_batch`. "
-        "Every replica's interactive requests mark the device busy while they are there, their "
-        "wait for the engine included (a file lock in /dev/shm shared by the processes of the node or pod; "
-        "services/dialscore_server/scheduling/device_gate.py). Works on GPUs too, where CPU "
-        "priority (`engine_priority`) does nothing. null: never wait.")
+        "node (the node's cores, or the same GPU), from its admission to its answer, for at most "
+        "this many seconds; then the call runs anyway, so bulk work always progresses (at least "
+        "one call per this many seconds while interactive requests follow each other with no "
+        "gap). A call already running is never interrupted: keep bulk calls short with "
+        "`bulk_max_batch`. Every replica's interactive requests mark the device busy while they "
+        "are there, their wait for the engine included (a file lock in /dev/shm shared by the "
+        "processes of the node or pod; services/dialscore_server/scheduling/device_gate.py). "
+        "Works on GPUs too, where CPU priority (`engine_priority`) does nothing. null: never "
+        "wait.")
 
     def gated_calls(self, gate: DeviceGate | None) -> GatedCalls | None:
         """How this model's engine calls meet `gate`, its device's gate on the replica's node

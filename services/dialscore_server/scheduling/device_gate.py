@@ -13,9 +13,9 @@ apart in time instead:
   call cannot start while it waits for the engine; interactive requests never wait for one
   another or for a bulk call;
 * an engine that yields (``yield_to_interactive_s``: a bulk pool) starts each call only when no
-  interactive call holds its device's gate (:meth:`DeviceGate.wait_until_clear`), or once it has
-  waited its bound: bulk work always progresses, by at least one call per bound while
-  interactive calls follow each other with no gap.
+  interactive request holds its device's gate (:meth:`DeviceGate.wait_until_clear`), or once it
+  has waited its bound: bulk work always progresses, by at least one call per bound while
+  interactive requests follow each other with no gap.
 
 The gate of a device is a lock on a file named for the device, in ``/dev/shm`` where it
 exists (else the system's temporary directory), so it is shared by every process of the node's
@@ -48,7 +48,7 @@ HAS_GATES = (sys.platform == "linux" and hasattr(fcntl, "F_OFD_GETLK")
 
 logger = logging.getLogger("dialscore.serve")
 
-#: Seconds between a yielding engine's looks at the gate while an interactive call holds it.
+#: Seconds between a yielding engine's looks at the gate while an interactive request holds it.
 POLL_S = 0.002
 
 
@@ -95,11 +95,11 @@ class DeviceGate:
     engine thread). `clock` and `sleep` time the wait of :meth:`wait_until_clear` (tests pass
     ones they drive).
 
-    Interactive calls hold a read lock (Linux's open file description locks, ``F_OFD_SETLKW``),
+    Interactive requests hold a read lock (Linux's open file description locks, ``F_OFD_SETLKW``),
     which never conflict with one another; a yielding engine only asks whether a write lock
     could be placed (``F_OFD_GETLK``) and never takes one, so it cannot hold up an interactive
-    call, however low its own CPU priority. Where the system has no such locks (not Linux), or
-    the lock file cannot be opened (logged once), the gate is open: interactive calls hold
+    request, however low its own CPU priority. Where the system has no such locks (not Linux),
+    or the lock file cannot be opened (logged once), the gate is open: interactive requests hold
     nothing and every look finds it clear."""
 
     def __init__(self, key: str, directory: str | None = None,
@@ -150,7 +150,7 @@ class DeviceGate:
                     fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _lock_request(fcntl.F_UNLCK))
 
     def is_clear(self) -> bool:
-        """Whether no interactive engine call holds the gate now (asked without locking)."""
+        """Whether no interactive request holds the gate now (asked without locking)."""
         fd = self._file()
         if fd is None:
             return True
@@ -158,9 +158,9 @@ class DeviceGate:
         return _FLOCK.unpack(got)[0] == fcntl.F_UNLCK
 
     def wait_until_clear(self, max_wait_s: float) -> float:
-        """Wait until no interactive engine call holds the gate, looking every :data:`POLL_S`
+        """Wait until no interactive request holds the gate, looking every :data:`POLL_S`
         seconds, for at most `max_wait_s` seconds (by `clock`); then return the seconds waited
-        (0.0 when it was clear at once). Returning does not hold the gate: an interactive call
+        (0.0 when it was clear at once). Returning does not hold the gate: an interactive request
         may begin the moment after."""
         begun: float | None = None
         while not self.is_clear():
