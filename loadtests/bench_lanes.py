@@ -340,12 +340,11 @@ def measure(url: str, args: argparse.Namespace) -> None:
         alone = runs[f"alone, {LABEL[model]}"]
         timed = [t for got, _ in runs[name] for t in got]
         lat = [t.wall_s for t in timed]
-        p50, p99 = percentile(lat, 50), percentile(lat, 99)
-        base = percentile([t.wall_s for got, _ in alone for t in got], 99)
         ratios = [ratio_of_p99(got, alone_got) for (got, _), (alone_got, _) in zip(runs[name], alone)]
         spread = (f"{min(ratios):.2f}-{max(ratios):.2f}" if streamed and None not in ratios
                   else None)
-        rows.append([name, len(lat), p50, p99, p99 / base if p99 and base else None, spread,
+        rows.append([name, len(lat), percentile(lat, 50), percentile(lat, 99),
+                     ratio_of_p99(timed, [t for got, _ in alone for t in got]), spread,
                      statistics.mean(r for _, r in runs[name]) if probe else None])
         if streamed:
             tails.append([name, *tail_breakdown(timed)])

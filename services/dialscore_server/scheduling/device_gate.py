@@ -183,9 +183,9 @@ class DeviceGate:
 class GatedCalls:
     """How one serving's requests and engine calls meet its device's `gate`. With `yield_s` (a
     bulk pool's ``yield_to_interactive_s``) every engine call first waits until the gate is
-    clear, for at most `yield_s` seconds, and requests hold nothing; without it, an interactive
-    request holds the gate shared while the serving has it (:meth:`request`), as does an engine
-    call that serves an interactive chunk (:meth:`call`), and any other call runs as it comes."""
+    clear, for at most `yield_s` seconds (:meth:`before_call`), and requests hold nothing;
+    without it, an interactive request holds the gate shared while the serving has it
+    (:meth:`request`), its engine calls included, and every call runs as it comes."""
 
     def __init__(self, gate: DeviceGate, yield_s: float | None = None) -> None:
         self.gate, self.yield_s = gate, yield_s
@@ -200,14 +200,7 @@ class GatedCalls:
         with self.gate.interactive():
             yield
 
-    @contextlib.contextmanager
-    def call(self, interactive: bool) -> Iterator[float]:
-        """The block of one engine call, given whether it serves an interactive chunk; yields the
-        seconds the call waited for the gate (0.0 unless it yields)."""
-        if self.yield_s is not None:
-            yield self.gate.wait_until_clear(self.yield_s)
-        elif interactive:
-            with self.gate.interactive():
-                yield 0.0
-        else:
-            yield 0.0
+    def before_call(self) -> float:
+        """Before one engine call: wait for the gate to clear if this serving yields; the seconds
+        waited (0.0 unless it yields)."""
+        return 0.0 if self.yield_s is None else self.gate.wait_until_clear(self.yield_s)

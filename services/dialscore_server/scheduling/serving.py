@@ -168,15 +168,12 @@ class ChunkedServing(Generic[C, V]):
 
     def call(self, chunks: Sequence[C]) -> list[Outcome[V]]:
         """One accounted engine call for `chunks`, on the calling thread (the runner calls it on
-        the engine thread): one outcome per chunk, in order. With a gate, the call holds it or
-        waits for it (see `gate`); the wait is not engine time."""
-        interactive = any(c.lane == "interactive" for c in chunks)
-        gated = (self._gate.call(interactive) if self._gate is not None
-                 else contextlib.nullcontext(0.0))
-        with gated as waited:
-            if waited:
-                metrics.ENGINE_YIELD_SECONDS.labels(self.model).inc(waited)
-            return self._accounted(chunks)
+        the engine thread): one outcome per chunk, in order. A yielding serving first waits for
+        its gate (see `gate`); the wait is not engine time."""
+        waited = self._gate.before_call() if self._gate is not None else 0.0
+        if waited:
+            metrics.ENGINE_YIELD_SECONDS.labels(self.model).inc(waited)
+        return self._accounted(chunks)
 
     def _accounted(self, chunks: Sequence[C]) -> list[Outcome[V]]:
         got = self.ledger.call(chunks, lambda guard: self._run(chunks, guard))
