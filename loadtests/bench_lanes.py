@@ -3,10 +3,10 @@ lanes off and on (one run, one app).
 
     python -m loadtests.bench_lanes --rate 3 --seconds 20
     python -m loadtests.bench_lanes --rate 3 --seconds 20 --num-cpus 16 --device cuda  # on a GPU
-    python -m loadtests.bench_lanes --only pool,yield  # two of the deployments
+    python -m loadtests.bench_lanes --only pool,yield,yield-always  # three of the deployments
     python -m loadtests.bench_lanes --only pool --rounds 5  # every phase 5 times, interleaved
 
-One app serves the stand-in NLI classifier and the stand-in DialoGPT six times (--only: fewer): as
+One app serves the stand-in NLI classifier and the stand-in DialoGPT seven times (--only: fewer): as
 ``dialogpt-lanes-off`` (``priority_lanes: false``: one first-come-first-served queue), as
 ``dialogpt-lanes-on`` (the default lanes), as ``dialogpt-lanes-small-bulk`` (lanes, and bulk
 engine calls of at most --bulk-max-batch positions within the default 2 s
@@ -15,11 +15,13 @@ engine calls of at most --bulk-max-batch positions within the default 2 s
 lanes, and a bulk pool: a second deployment of the model that serves every request asking for
 bulk, its engine thread at ``engine_priority: idle``), and as ``dialogpt-lanes-pool-yield`` (the
 same, its pool also yielding to interactive requests on the node,
-``yield_to_interactive_s: 0.25``, every pool call within --bulk-max-batch positions), each one
-replica with 2 threads (``--device cuda``: each on a ninth of one GPU). Phases, each --seconds long; the interactive
-stream is /v1/rerank requests (6-turn context, 8 candidates, with ``nll_model``: its NLL term
-shares the dialogue model's replica with the probe run) sent open-loop at --rate per second, no
-priority header (interactive):
+``yield_to_interactive_s: 0.25``, pool calls within --bulk-max-batch positions for the default
+2 s ``bulk_max_batch_hold_s`` after an interactive request was on the node), and as
+``dialogpt-lanes-pool-yield-always`` (the same, every pool call within the bound), each one
+replica with 2 threads (``--device cuda``: each on an eleventh of one GPU). Phases, each
+--seconds long; the interactive stream is /v1/rerank requests (6-turn context, 8 candidates,
+with ``nll_model``: its NLL term shares the dialogue model's replica with the probe run) sent
+open-loop at --rate per second, no priority header (interactive):
 
 1. *alone*: the stream alone, ``nll_model`` each deployment in turn;
 2. *beside probe, lanes off*: the same stream while a probe run scores the shipped CEDAR sample's
@@ -32,9 +34,9 @@ priority header (interactive):
    under Linux's SCHED_IDLE policy, standing in for a client on another host. Ray starts the
    service's processes at nice 15, so only ``idle`` keeps the probe client from competing with
    them for the cores (nice 19 still weighs 15 against their 36);
-3. *beside probe, lanes on* / *small bulk* / *s.b. always* / *bulk pool* / *yielding pool*:
-   the same against the other deployments (on the last two, the probe run's requests go to the
-   pool);
+3. *beside probe, lanes on* / *small bulk* / *s.b. always* / *bulk pool* / *yielding pool* /
+   *y.p. always*: the same against the other deployments (on the last three, the probe run's
+   requests go to the pool);
 4. *probe only*: the probe run alone on the deployments with lanes, no stream (its items per
    second over --seconds): what the bound and the pool cost bulk work when no interactive
    request comes.
@@ -82,30 +84,35 @@ OFF, ON, SMALL = "dialogpt-lanes-off", "dialogpt-lanes-on", "dialogpt-lanes-smal
 ALWAYS = "dialogpt-lanes-small-bulk-always"
 POOLED = "dialogpt-lanes-pool"
 YIELDING = "dialogpt-lanes-pool-yield"
+YIELD_ALWAYS = "dialogpt-lanes-pool-yield-always"
 #: --only's short names of the deployments.
 SHORT = {"off": OFF, "on": ON, "small": SMALL, "always": ALWAYS, "pool": POOLED,
-         "yield": YIELDING}
-#: Each deployment's share of the GPU with --device cuda (eight NLL deployments and the
-#: classifier).
-GPU_SHARE = 1 / 9
+         "yield": YIELDING, "yield-always": YIELD_ALWAYS}
+#: Each deployment's share of the GPU with --device cuda (ten NLL deployments, pools included,
+#: and the classifier).
+GPU_SHARE = 1 / 11
 #: The yielding pool's ``yield_to_interactive_s``.
 YIELD_S = 0.25
 
 
 def nll_entry(name: str, lanes: bool, device: str, bulk_max_batch: int | None = None,
               always: bool = False, pool: bool = False,
-              yield_bulk_max_batch: int | None = None) -> dict[str, Any]:
+              yield_bulk_max_batch: int | None = None, yield_always: bool = False
+              ) -> dict[str, Any]:
     """The stand-in DialoGPT served as `name` on `device` (``cuda``: a seventh of the GPU), with
     `bulk_max_batch` held for the service's default hold after each interactive arrival, or on
     every bulk call (`always`: ``bulk_max_batch_hold_s: null``); with `pool`, a bulk pool of the
     same serving at ``engine_priority: idle``; with `yield_bulk_max_batch` as well, a pool that
-    also yields to interactive engine calls on the node (``yield_to_interactive_s``) and keeps
-    every engine call within that many positions."""
+    also yields to interactive requests on the node (``yield_to_interactive_s``) and keeps its
+    engine calls within that many positions for the default hold after one was there, or always
+    (`yield_always`: ``bulk_max_batch_hold_s: null``)."""
     serving = serving_options(lanes, device, bulk_max_batch, always)
     pool_options = {**serving, "engine_priority": "idle"}
     if yield_bulk_max_batch is not None:
-        pool_options.update(yield_to_interactive_s=YIELD_S, bulk_max_batch=yield_bulk_max_batch,
-                            bulk_max_batch_hold_s=None)
+        pool_options.update(yield_to_interactive_s=YIELD_S, bulk_max_batch=yield_bulk_max_batch)
+        pool_options.pop("bulk_max_batch_hold_s", None)
+        if yield_always:
+            pool_options["bulk_max_batch_hold_s"] = None
     return {"name": NLL_MODEL, "serve_as": name, "overrides": {"device": device},
             "serving": serving, **({"bulk_pool": pool_options} if pool else {})}
 
@@ -155,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         ALWAYS: nll_entry(ALWAYS, True, args.device, args.bulk_max_batch, always=True),
         POOLED: nll_entry(POOLED, True, args.device, pool=True),
         YIELDING: nll_entry(YIELDING, True, args.device, pool=True,
-                            yield_bulk_max_batch=args.bulk_max_batch)}
+                            yield_bulk_max_batch=args.bulk_max_batch),
+        YIELD_ALWAYS: nll_entry(YIELD_ALWAYS, True, args.device, pool=True,
+                                yield_bulk_max_batch=args.bulk_max_batch, yield_always=True)}
     app_args = {
         "stand_ins": str(WORK / "stand-ins"), "request_timeout_s": 300,
         "models": [entries[m] for m in args.models],
@@ -299,7 +308,7 @@ def phase(url: str, model: str, probe: bool, args: argparse.Namespace,
 
 #: Each deployment's name in the phases' names.
 LABEL = {OFF: "lanes off", ON: "lanes on", SMALL: "small bulk", ALWAYS: "s.b. always",
-         POOLED: "bulk pool", YIELDING: "yielding pool"}
+         POOLED: "bulk pool", YIELDING: "yielding pool", YIELD_ALWAYS: "y.p. always"}
 
 
 def phases(models: list[str]) -> list[tuple[str, str, bool, bool]]:

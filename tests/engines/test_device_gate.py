@@ -10,6 +10,7 @@ import fcntl
 import os
 import subprocess
 import sys
+from time import monotonic
 
 import pytest
 
@@ -19,11 +20,14 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="device gates ne
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contradiction.engine.pairing import DetectionJob
 from dialscore_server.contradiction.serving import ContradictionServing
+from dialscore_server.nll.serving import NLLServing
 from dialscore_server.scheduling.device_gate import (
     POLL_S, DeviceGate, GatedCalls, _lock_request, device_key,
 )
 from driven_time import DrivenTime
+from fake_api import FakeNLLEngine
 from test_fair_chunks import GatedDetector, dialogue
+from test_nll_chunks import CARD
 
 
 def test_an_interactive_call_closes_the_gate_to_others_until_it_ends(tmp_path):
@@ -220,3 +224,57 @@ def test_overlapping_holds_of_one_gate_release_it_with_the_last(tmp_path):
         first.close()
         assert not other.is_clear()
     assert other.is_clear()
+
+
+def test_the_last_holder_to_leave_stamps_when_interactive_work_was_last_about(tmp_path):
+    """Another process's gate (another open file) reads None before any holder, now while one
+    holds the gate, and the holder's clock at the moment the last holder left afterwards."""
+    held_at, seen_at = DrivenTime(), DrivenTime()
+    holder = DeviceGate("cpu", str(tmp_path), clock=held_at.clock)
+    other = DeviceGate("cpu", str(tmp_path), clock=seen_at.clock)
+    assert other.last_held_at() is None
+    seen_at.now = 5.0
+    first = contextlib.ExitStack()
+    first.enter_context(holder.interactive())
+    with holder.interactive():
+        held_at.now = 3.0
+        first.close()
+        assert other.last_held_at() == 5.0  # held: now
+        held_at.now = 4.0
+    seen_at.now = 9.0
+    assert other.last_held_at() == 4.0 and other.is_clear()
+
+
+def test_only_a_yielding_serving_is_told_when_interactive_work_was_about(tmp_path):
+    gate = DeviceGate("cpu", str(tmp_path))
+    with gate.interactive():
+        pass
+    assert GatedCalls(gate).interactive_seen_at() is None
+    assert GatedCalls(gate, yield_s=0.25).interactive_seen_at() is not None
+
+
+def test_a_yielding_nll_replica_bounds_its_bulk_calls_only_after_interactive_work_on_its_device(
+        tmp_path):
+    """The serving options of a bulk pool reach its lanes: a yielding NLL replica's bulk calls
+    are held to bulk_max_batch while an interactive request holds its device's gate (in another
+    replica) and within bulk_max_batch_hold_s after it left, and merge the whole budget before
+    any and after the hold. The hold (an hour) is longer than any test run, and the gate's stamp
+    is set by the holder's clock, so no outcome depends on how fast the machine is."""
+    left_at = [monotonic() - 7200.0]  # two hours ago: beyond the hold
+    holder = DeviceGate("cpu", str(tmp_path), clock=lambda: left_at[0])
+    options = ServingOptions(yield_to_interactive_s=0.25, bulk_max_batch=64,
+                             bulk_max_batch_hold_s=3600.0)
+    serving = NLLServing.from_options(FakeNLLEngine(CARD), options, "fake",
+                                      gate=DeviceGate("cpu", str(tmp_path)))
+    queue = serving.chunks.runner
+    assert not queue.bulk_bounded()  # no interactive request yet
+    with holder.interactive():
+        assert queue.bulk_bounded()
+    assert not queue.bulk_bounded()  # it left two hours ago
+    left_at[0] = monotonic()
+    with holder.interactive():
+        pass
+    assert queue.bulk_bounded()  # it left just now
+    plain = NLLServing.from_options(FakeNLLEngine(CARD), options.model_copy(
+        update={"yield_to_interactive_s": None}), "fake", gate=DeviceGate("cpu", str(tmp_path)))
+    assert not plain.chunks.runner.bulk_bounded()  # only its own arrivals count

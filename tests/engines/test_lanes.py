@@ -330,3 +330,38 @@ def test_the_operators_hold_reaches_the_lane_policy_and_a_negative_one_is_refuse
     assert always.bulk_max_batch_hold_s is None and always.bulk_max_batch == 512
     with pytest.raises(ValidationError, match="bulk_max_batch_hold_s"):
         ServingOptions(bulk_max_batch_hold_s=-1.0)
+
+
+def test_interactive_work_seen_elsewhere_holds_bulk_max_batch_as_an_arrival_would():
+    """A queue of bulk chunks only (a bulk pool) merges its whole budget (100) until its
+    `interactive_seen` reports interactive work (on its device, in another replica), then stops at
+    bulk_max_batch (20) within the 2 s hold after it, and merges the whole budget again once
+    the hold has lapsed. The clock and what is seen move only when the test says."""
+    seen: list[float | None] = [None]
+
+    async def go():
+        clock = FakeClock()
+        engine = DrivenEngine()
+        queue = engine.attach(LaneQueue(
+            engine, max_batch_size=100, clock=clock, interactive_seen=lambda: seen[0],
+            policy=LanePolicy(bulk_max_batch=20, bulk_max_batch_hold_s=2.0)))
+        sent = [send(queue, "b0", "bulk", 10)]
+        await until(lambda: engine.calls, "the first call")
+        sent += [send(queue, f"b{k}", "bulk", 10) for k in range(1, 9)]
+        await running(engine, queue, "b0", waiting=8)
+        await engine.release()  # nothing seen yet: b1-b8 in one call
+        clock.now, seen[0] = 10.0, 9.5
+        sent += [send(queue, f"b{k}", "bulk", 10) for k in range(9, 17)]
+        await until(lambda: len(queue.waiting()) == 8, "b9-b16 waiting")
+        await engine.release()  # interactive work seen 0.5 s ago: within 20
+        clock.now = 11.4
+        await engine.release()  # still within the hold (9.5 + 2.0)
+        clock.now = 11.5
+        while len(queue.waiting()) > 0:
+            await engine.release()
+        engine.end_call()
+        await asyncio.gather(*sent)
+        return engine.calls
+
+    assert asyncio.run(go()) == [["b0"], [f"b{k}" for k in range(1, 9)], ["b9", "b10"],
+                                 ["b11", "b12"], ["b13", "b14", "b15", "b16"]]

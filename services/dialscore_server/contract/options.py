@@ -118,7 +118,9 @@ class ServingOptions(BaseModel):
         "last this many seconds; with no interactive traffic for longer, bulk calls merge up to "
         "the whole budget (one chunk of every waiting bulk request), so the bound costs bulk "
         "throughput only while it shortens interactive waits. The first interactive request "
-        "after a quiet spell may wait for one such call. null: the bound always holds.")
+        "after a quiet spell may wait for one such call. A yielding bulk pool "
+        "(`yield_to_interactive_s`) counts from the last interactive request on its device "
+        "instead (the device gate's record). null: the bound always holds.")
     affinity_routing: bool = Field(
         True, description="NLL models: callers route requests whose contexts start alike (the "
         "first 256 characters of the first item's knowledge and turns or source, or of a "
@@ -166,7 +168,8 @@ class ServingOptions(BaseModel):
         "this many seconds; then the call runs anyway, so bulk work always progresses (at least "
         "one call per this many seconds while interactive requests follow each other with no "
         "gap). A call already running is never interrupted: keep bulk calls short with "
-        "`bulk_max_batch`. Every replica's interactive requests mark the device busy while they "
+        "`bulk_max_batch` (held for `bulk_max_batch_hold_s` after an interactive request left "
+        "the device). Every replica's interactive requests mark the device busy while they "
         "are there, their wait for the engine included (a file lock in /dev/shm shared by the "
         "processes of the node or pod; services/dialscore_server/scheduling/device_gate.py). "
         "Works on GPUs too, where CPU priority (`engine_priority`) does nothing. null: never "

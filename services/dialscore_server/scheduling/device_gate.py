@@ -15,7 +15,12 @@ apart in time instead:
 * an engine that yields (``yield_to_interactive_s``: a bulk pool) starts each call only when no
   interactive request holds its device's gate (:meth:`DeviceGate.wait_until_clear`), or once it
   has waited its bound: bulk work always progresses, by at least one call per bound while
-  interactive requests follow each other with no gap.
+  interactive requests follow each other with no gap;
+* the last interactive request to leave the gate stamps the time in the lock file
+  (:meth:`DeviceGate.last_held_at`), so a yielding engine also knows whether interactive work
+  was about recently, not only now: it keeps its calls within ``bulk_max_batch`` only then
+  (``bulk_max_batch_hold_s``), and merges up to its whole budget when the device has been
+  quiet for longer.
 
 The gate of a device is a lock on a file named for the device, in ``/dev/shm`` where it
 exists (else the system's temporary directory), so it is shared by every process of the node's
@@ -82,6 +87,11 @@ def device_gate(device: str | None) -> DeviceGate:
 #: Linux's ``struct flock`` (64-bit ``off_t``): type, whence, start, length, pid, padding.
 _FLOCK = struct.Struct("@hhqqi4x")
 
+#: The stamp at the start of a gate's lock file: when an interactive request last left it, in
+#: the gate's clock (``time.monotonic``: Linux's CLOCK_MONOTONIC, one clock for the node's
+#: processes).
+_STAMP = struct.Struct("<d")
+
 
 def _lock_request(kind: int) -> bytes:
     """An open-file-description lock of the whole file, of `kind` (F_RDLCK, F_WRLCK, F_UNLCK)."""
@@ -147,6 +157,8 @@ class DeviceGate:
             with self._lock:
                 self._holders -= 1
                 if self._holders == 0:
+                    with contextlib.suppress(OSError):  # unstamped: a hold runs from the last stamp
+                        os.pwrite(fd, _STAMP.pack(self._clock()), 0)
                     fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _lock_request(fcntl.F_UNLCK))
 
     def is_clear(self) -> bool:
@@ -156,6 +168,23 @@ class DeviceGate:
             return True
         got = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _lock_request(fcntl.F_WRLCK))
         return _FLOCK.unpack(got)[0] == fcntl.F_UNLCK
+
+    def last_held_at(self) -> float | None:
+        """When an interactive request last held the gate, by the gate's clock: now while one
+        holds it, else when the last one left it (the stamp every process's last holder writes
+        as it lets go); None when none has since the lock file was made, or where the gate is
+        open. A stamp from beyond now (a torn read of a write in progress) reads as now."""
+        fd = self._file()
+        if fd is None:
+            return None
+        now = self._clock()
+        if not self.is_clear():
+            return now
+        raw = os.pread(fd, _STAMP.size, 0)
+        if len(raw) < _STAMP.size:
+            return None
+        stamp = _STAMP.unpack(raw)[0]
+        return stamp if stamp == stamp and stamp <= now else now  # NaN or ahead: now
 
     def wait_until_clear(self, max_wait_s: float) -> float:
         """Wait until no interactive request holds the gate, looking every :data:`POLL_S`
@@ -183,9 +212,11 @@ class DeviceGate:
 class GatedCalls:
     """How one serving's requests and engine calls meet its device's `gate`. With `yield_s` (a
     bulk pool's ``yield_to_interactive_s``) every engine call first waits until the gate is
-    clear, for at most `yield_s` seconds (:meth:`before_call`), and requests hold nothing;
-    without it, an interactive request holds the gate shared while the serving has it
-    (:meth:`request`), its engine calls included, and every call runs as it comes."""
+    clear, for at most `yield_s` seconds (:meth:`before_call`), requests hold nothing, and the
+    gate tells the serving's lanes when interactive work was last about on the device
+    (:meth:`interactive_seen_at`); without it, an interactive request holds the gate shared
+    while the serving has it (:meth:`request`), its engine calls included, and every call runs
+    as it comes."""
 
     def __init__(self, gate: DeviceGate, yield_s: float | None = None) -> None:
         self.gate, self.yield_s = gate, yield_s
@@ -204,3 +235,10 @@ class GatedCalls:
         """Before one engine call: wait for the gate to clear if this serving yields; the seconds
         waited (0.0 unless it yields)."""
         return 0.0 if self.yield_s is None else self.gate.wait_until_clear(self.yield_s)
+
+    def interactive_seen_at(self) -> float | None:
+        """For a yielding serving, when an interactive request last held the gate
+        (:meth:`DeviceGate.last_held_at`: its lanes bound bulk calls for
+        ``bulk_max_batch_hold_s`` after it, as after an interactive arrival of their own); None
+        otherwise, or when none has."""
+        return None if self.yield_s is None else self.gate.last_held_at()

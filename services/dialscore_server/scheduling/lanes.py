@@ -12,10 +12,11 @@ engine call takes (:meth:`LaneQueue.pick`):
   ``bulk_max_batch`` where set while interactive work is about (bulk has every call when nobody
   interactive waits; the smaller its calls, the sooner an interactive arrival gets the engine).
   With ``bulk_max_batch_hold_s`` set, the bound holds only while an interactive chunk waits or
-  arrived within the last that many seconds: a replica with no interactive traffic merges bulk
-  chunks up to the whole budget (one chunk of every waiting bulk request, each already cut to
-  the bound at admission), so the bound costs bulk throughput only while it shortens an
-  interactive wait;
+  arrived within the last that many seconds (or, for a yielding bulk pool, an interactive
+  request was on its device within them: the queue's `interactive_seen`): a replica with no
+  interactive traffic merges bulk chunks up to the whole budget (one chunk of every waiting
+  bulk request, each already cut to the bound at admission), so the bound costs bulk
+  throughput only while it shortens an interactive wait;
 * interactive chunks waiting: interactive chunks only, oldest first, up to the budget, except
   that while bulk chunks wait too, every ``bulk_every``-th such call starts with the oldest bulk
   chunk and fills the rest with interactive ones. Bulk is never starved: with interactive work
@@ -136,13 +137,19 @@ class LaneQueue(Generic[C, V]):
     cancelled leaves the queue without being computed.
 
     `model` and `unit` label the lane metrics (``dialscore_lane_*``). `clock` (seconds, never
-    decreasing) times :attr:`LanePolicy.bulk_max_batch_hold_s`."""
+    decreasing) times :attr:`LanePolicy.bulk_max_batch_hold_s`, from the last interactive chunk
+    to arrive here or, later, the time `interactive_seen` returns (by the same clock; None:
+    never): interactive work elsewhere that this queue's bulk calls should make way for (a
+    yielding pool's device gate: :meth:`GatedCalls.interactive_seen_at
+    <dialscore_server.scheduling.device_gate.GatedCalls.interactive_seen_at>`)."""
 
     def __init__(self, call: EngineCall[C, V], *, max_batch_size: int | None = None,
                  batch_wait_timeout_s: float = 0.0, policy: LanePolicy = LanePolicy(),
                  model: str = "", unit: str = "",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 interactive_seen: Callable[[], float | None] | None = None) -> None:
         self._call = call
+        self._interactive_seen = interactive_seen
         self.max_batch_size = max_batch_size
         self.batch_wait_timeout_s = batch_wait_timeout_s
         self.policy = policy
@@ -206,14 +213,17 @@ class LaneQueue(Generic[C, V]):
 
     def bulk_bounded(self) -> bool:
         """Whether a call of bulk chunks is held to :attr:`LanePolicy.bulk_max_batch` now: the
-        bound is set, and its hold is unset, or an interactive chunk waits or arrived within the
-        hold."""
+        bound is set, and its hold is unset, or an interactive chunk waits, or one arrived (or
+        `interactive_seen` saw interactive work) within the hold."""
         hold = self.policy.bulk_max_batch_hold_s
         if self.policy.bulk_max_batch is None:
             return False
         if hold is None or self.waiting("interactive"):
             return True
-        return self._interactive_at is not None and self._clock() - self._interactive_at < hold
+        seen = [t for t in (self._interactive_at,
+                            self._interactive_seen() if self._interactive_seen else None)
+                if t is not None]
+        return bool(seen) and self._clock() - max(seen) < hold
 
     def _fill(self, taken: list[_Waiting[C, V]], queue: Sequence[_Waiting[C, V]],
               bulk: bool = False) -> bool:

@@ -29,20 +29,29 @@ C = TypeVar("C", bound=Chunk)
 V = TypeVar("V")
 
 
+#: When interactive work outside the serving was last about (monotonic seconds; None: never).
+InteractiveSeen = Callable[[], "float | None"]
+
+
 class RunnerFactory(Protocol):
-    """Builds a serving's runner from its engine call, the serving's lane `policy`, and the
-    `model` and `unit` that label the lane metrics."""
+    """Builds a serving's runner from its engine call, the serving's lane `policy`, the `model`
+    and `unit` that label the lane metrics, and `interactive_seen`, when interactive work beyond
+    the serving's own was last about (the
+    :class:`~dialscore_server.scheduling.lanes.LaneQueue`'s argument)."""
 
     def __call__(self, call: EngineCall[Any, Any], *, policy: LanePolicy, model: str,
-                 unit: str) -> Runner[Any, Any]: ...
+                 unit: str, interactive_seen: InteractiveSeen | None = None
+                 ) -> Runner[Any, Any]: ...
 
 
 def one_at_a_time(call: EngineCall[C, V], *, policy: LanePolicy = LanePolicy(), model: str = "",
-                  unit: str = "") -> Runner[C, V]:
+                  unit: str = "", interactive_seen: InteractiveSeen | None = None
+                  ) -> Runner[C, V]:
     """Each chunk is its own engine call. Calls run one at a time, interactive chunks first
     (:class:`~dialscore_server.scheduling.lanes.LaneQueue` with one chunk per call), so a
     request's next chunk, sent when the current one begins, waits its turn."""
-    return LaneQueue(call, policy=policy, model=model, unit=unit)
+    return LaneQueue(call, policy=policy, model=model, unit=unit,
+                     interactive_seen=interactive_seen)
 
 
 def merged(max_batch_size: int, batch_wait_timeout_s: float) -> RunnerFactory:
@@ -53,11 +62,11 @@ def merged(max_batch_size: int, batch_wait_timeout_s: float) -> RunnerFactory:
     (:class:`~dialscore_server.scheduling.lanes.LaneQueue`). Used inside a Serve replica (the
     deployment's ``max_ongoing_requests`` must exceed the chunks one call merges)."""
 
-    def make(call: EngineCall[C, V], *, policy: LanePolicy, model: str, unit: str
-             ) -> Runner[C, V]:
+    def make(call: EngineCall[C, V], *, policy: LanePolicy, model: str, unit: str,
+             interactive_seen: InteractiveSeen | None = None) -> Runner[C, V]:
         return LaneQueue(call, max_batch_size=max_batch_size,
                          batch_wait_timeout_s=batch_wait_timeout_s, policy=policy, model=model,
-                         unit=unit)
+                         unit=unit, interactive_seen=interactive_seen)
 
     return make
 
@@ -121,10 +130,14 @@ class ChunkedServing(Generic[C, V]):
         gate: how requests and engine calls meet the gate of the engine's device on this node
             (:class:`~dialscore_server.scheduling.device_gate.GatedCalls`: an interactive
             request holds it while it is here, from admission to its last chunk's outcome; a
-            yielding serving's calls wait for it to clear); None: no gate (in-process
-            servings).
+            yielding serving's calls wait for it to clear, and its lanes hold ``bulk_max_batch``
+            for ``bulk_max_batch_hold_s`` after interactive work left the device); None: no
+            gate (in-process servings).
         clock: what times the engine call at work (monotonic seconds; tests pass one they
             advance).
+
+    :attr:`runner` is the runner built by `runner` (a
+    :class:`~dialscore_server.scheduling.lanes.LaneQueue` unless a test passes its own).
 
     Metrics are recorded here, where they are measured: each engine call's batch figures
     (``dialscore_batch_*``, padding, reused tokens) and the work ledger's."""
@@ -144,7 +157,9 @@ class ChunkedServing(Generic[C, V]):
         self.arrivals = Arrivals()
         self._engine_thread: EngineThread[C, list[Outcome[V]]] = EngineThread(
             self.call, clock, priority)
-        self._runner = runner(self._engine_thread.call, policy=lanes, model=model, unit=unit)
+        seen = gate.interactive_seen_at if gate is not None and gate.yield_s is not None else None
+        self.runner = runner(self._engine_thread.call, policy=lanes, model=model, unit=unit,
+                              interactive_seen=seen)
 
     async def check_health(self, probe: Callable[[], None]) -> None:
         """Serve's health check of the replica's engine. While an engine call runs or waits for
@@ -233,7 +248,7 @@ class ChunkedServing(Generic[C, V]):
                 holding.close()
             chunks = self._in_lane(chunks, served)
             try:
-                turns = await take_turns(chunks, self._runner, self.ledger)
+                turns = await take_turns(chunks, self.runner, self.ledger)
             except ServiceError as exc:
                 return Reply(error=exc, lane=served)
         metrics.LANE_LATENCY.labels(self.model, served).observe(time.perf_counter() - begun)
