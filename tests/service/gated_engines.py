@@ -103,12 +103,6 @@ class StartGatedDetector(GatedDetector):
         return super().from_options(config, options)
 
 
-async def gated_deadline(seconds: float) -> None:
-    """A deadline timer (AppArgs ``deadline_timer: "gated_engines:gated_deadline"``): a request's
-    deadline passes when the test calls the gate's ``pass_deadlines``, whatever `seconds` is."""
-    await gate().deadline.remote()
-
-
 def gated_args(stand_ins: Any, **extra: Any):
     """AppArgs of an app serving :data:`GPT` and :data:`NLI` on the gated engines (`extra`:
     further AppArgs fields)."""
