@@ -99,7 +99,7 @@ def nll_entry(name: str, lanes: bool, device: str, bulk_max_batch: int | None = 
               always: bool = False, pool: bool = False,
               yield_bulk_max_batch: int | None = None, yield_always: bool = False
               ) -> dict[str, Any]:
-    """The stand-in DialoGPT served as `name` on `device` (``cuda``: a seventh of the GPU), with
+    """The stand-in DialoGPT served as `name` on `device` (``cuda``: :data:`GPU_SHARE`), with
     `bulk_max_batch` held for the service's default hold after each interactive arrival, or on
     every bulk call (`always`: ``bulk_max_batch_hold_s: null``); with `pool`, a bulk pool of the
     same serving at ``engine_priority: idle``; with `yield_bulk_max_batch` as well, a pool that
@@ -109,10 +109,8 @@ def nll_entry(name: str, lanes: bool, device: str, bulk_max_batch: int | None = 
     serving = serving_options(lanes, device, bulk_max_batch, always)
     pool_options = {**serving, "engine_priority": "idle"}
     if yield_bulk_max_batch is not None:
-        pool_options.update(yield_to_interactive_s=YIELD_S, bulk_max_batch=yield_bulk_max_batch)
-        pool_options.pop("bulk_max_batch_hold_s", None)
-        if yield_always:
-            pool_options["bulk_max_batch_hold_s"] = None
+        pool_options.update(yield_to_interactive_s=YIELD_S, bulk_max_batch=yield_bulk_max_batch,
+                            **({"bulk_max_batch_hold_s": None} if yield_always else {}))
     return {"name": NLL_MODEL, "serve_as": name, "overrides": {"device": device},
             "serving": serving, **({"bulk_pool": pool_options} if pool else {})}
 

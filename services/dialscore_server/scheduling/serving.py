@@ -157,9 +157,9 @@ class ChunkedServing(Generic[C, V]):
         self.arrivals = Arrivals()
         self._engine_thread: EngineThread[C, list[Outcome[V]]] = EngineThread(
             self.call, clock, priority)
-        seen = gate.interactive_seen_at if gate is not None and gate.yield_s is not None else None
+        seen = gate.interactive_seen_at if gate is not None else None  # None unless it yields
         self.runner = runner(self._engine_thread.call, policy=lanes, model=model, unit=unit,
-                              interactive_seen=seen)
+                             interactive_seen=seen)
 
     async def check_health(self, probe: Callable[[], None]) -> None:
         """Serve's health check of the replica's engine. While an engine call runs or waits for
