@@ -32,6 +32,10 @@ class Gate:
     :meth:`start` waits for a start permit, :meth:`allow_starts` gives some, :meth:`close_starts`
     takes them back.
 
+    Request deadlines too, where the app's ``deadline_timer`` is
+    :func:`gated_engines.gated_deadline <gated_engines.gated_deadline>`: :meth:`deadline` waits
+    until the test calls :meth:`pass_deadlines`, and every deadline timed then passes.
+
     :meth:`state` says how many calls wait and how many went through, what each call that went
     through computed (``calls``: one label per item or dialogue: its target, or its last turn),
     where each call that is waiting runs (``waiting_callers``: the caller's fields), and how many
@@ -48,6 +52,7 @@ class Gate:
         self.starting = 0
         self.started = 0
         self.changed = asyncio.Condition()
+        self.deadlines_passed = False
 
     async def enter(self, labels: list[str], caller: Caller | None = None) -> None:
         async with self.changed:
@@ -92,6 +97,17 @@ class Gate:
         """Take back the start permits not used yet: from now on every start-up waits."""
         async with self.changed:
             self.start_permits = 0
+
+    async def deadline(self) -> None:
+        """Return once the test let deadlines pass (:meth:`pass_deadlines`)."""
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.deadlines_passed)
+
+    async def pass_deadlines(self) -> None:
+        """Every deadline waiting at :meth:`deadline`, and every one timed from now on, passes."""
+        async with self.changed:
+            self.deadlines_passed = True
+            self.changed.notify_all()
 
     async def wait_for(self, waiting: int, passed: int, timeout_s: float) -> dict[str, Any]:
         """The state once at least `waiting` calls wait and `passed` went through (or after

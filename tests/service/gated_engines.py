@@ -12,6 +12,7 @@ in the replica); the replicas import this module because the session fixture put
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -101,6 +102,19 @@ class StartGatedDetector(GatedDetector):
     def from_options(cls, config, options):
         ray.get(gate().start.remote())
         return super().from_options(config, options)
+
+
+async def gated_deadline(seconds: float) -> None:
+    """A deadline timer (AppArgs ``deadline_timer: "gated_engines:gated_deadline"``): a request's
+    deadline passes when the test calls the gate's ``pass_deadlines``, whatever `seconds` is. The
+    gate must be open before the app is deployed (its readiness checks are timed too); a request
+    answered first cancels its wait at the gate."""
+    waiting = gate().deadline.remote()
+    try:
+        await waiting
+    except asyncio.CancelledError:
+        ray.cancel(waiting)
+        raise
 
 
 def gated_args(stand_ins: Any, **extra: Any):

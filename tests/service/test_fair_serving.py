@@ -24,9 +24,9 @@ pytestmark = [pytest.mark.serve, pytest.mark.slow]
 
 #: A hang guard for gate waits, not a speed requirement.
 HANG_S = 120.0
-#: The deadline test's request deadline: ample for a request to reach the engine (whose first
-#: call the gate then holds until the deadline has passed).
-DEADLINE_S = 20.0
+#: The deadline test's request deadline by the clock: longer than any hang guard, so that only
+#: the gated deadline timer, which the test drives, can end the request first.
+CLOCK_DEADLINE_S = 3600.0
 
 #: 128 dialogues x 128 earlier turns of the last speaker = 16384 pairs (max_request_pairs): 128
 #: chunks of one dialogue each (a dialogue is never split; default chunk_pairs 64).
@@ -134,21 +134,29 @@ def test_a_disconnected_clients_remaining_work_is_dropped(fair, gate):
 
 def test_work_is_dropped_when_the_deadline_passes(served, stand_ins):
     """The request deadline passes while the first chunk is held in the engine: the gateway answers
-    408 and the replica drops the rest; every count is exact. The deadline (DEADLINE_S) is long
-    enough for the request to reach the engine on a busy machine, so the test waits it out."""
-    args = gated_args(stand_ins, request_timeout_s=DEADLINE_S, queue_timeout_s=DEADLINE_S)
-    with deploy_app(served, "deadline", args) as app:
-        gate = open_gate()
-        try:
+    408 and the replica drops the rest; every count is exact. The test decides when the deadline
+    passes (the app's deadline timer waits at the gate), after the first chunk reached the
+    engine."""
+    args = gated_args(stand_ins, request_timeout_s=CLOCK_DEADLINE_S,
+                      deadline_timer="gated_engines:gated_deadline")
+    gate = open_gate()  # before the app: every deadline the gateway times waits at it
+    try:
+        with deploy_app(served, "deadline", args) as app:
             before = work("deadline", NLI)
-            r = httpx.post(f"{app.url}/v1/contradiction", json=LARGE, timeout=60)
-            assert r.status_code == 408, r.text[:300]
+            results: dict = {}
+            post = post_in_background(f"{app.url}/v1/contradiction", LARGE, results, "large")
+            state = ray.get(gate.wait_for.remote(1, 0, HANG_S))
+            assert state["waiting"] == 1, state  # the first chunk is in the engine
+            ray.get(gate.pass_deadlines.remote())
+            post.join(HANG_S)
+            r = results.get("large")
+            assert isinstance(r, httpx.Response) and r.status_code == 408, r
             assert r.headers["x-work-dropped"] == "true"
             state = ray.get(gate.state.remote())
             assert state["waiting"] == 1 and state["passed"] == 0
             settled("deadline", NLI, before, done=0, dropped=PAIRS - CHUNK, wasted=CHUNK)
-        finally:
-            ray.get(gate.allow.remote(10_000))
+    finally:
+        ray.get(gate.allow.remote(10_000))
 
 
 def test_a_small_nll_request_is_not_stuck_behind_a_large_one(fair, gate):

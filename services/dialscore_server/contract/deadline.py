@@ -9,7 +9,9 @@ silent wait or a 500."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +19,26 @@ from dialscore_server import compat
 from dialscore_server.contract.errors import ServiceError
 
 logger = logging.getLogger("dialscore.gateway")
+
+#: Waits until a deadline `seconds` from now has passed, by the clock it keeps. Default: the
+#: event loop's (``asyncio.sleep``); a test passes one whose deadlines pass when it says.
+Timer = Callable[[float], Awaitable[None]]
+
+
+def timer_at(path: str | None) -> Timer | None:
+    """The :data:`Timer` an import path (``package.module:function``, AppArgs.deadline_timer)
+    names; None when `path` is None (the event loop's clock). Raises ValueError naming the path
+    when it cannot be imported or is not callable."""
+    if path is None:
+        return None
+    module, _, name = path.partition(":")
+    try:
+        timer = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"deadline_timer {path!r} cannot be imported: {exc}") from exc
+    if not callable(timer):
+        raise ValueError(f"deadline_timer {path!r} is not callable")
+    return timer
 
 
 def cancel(pending) -> None:
@@ -27,17 +49,21 @@ def cancel(pending) -> None:
         logger.debug("could not cancel a request", exc_info=True)
 
 
-async def answer(pending, timeout: float, queue_timeout: float | None):
+async def answer(pending, timeout: float, queue_timeout: float | None,
+                 timer: Timer | None = None):
     """The result of `pending` (a DeploymentResponse).
 
     A request that no replica accepts within `queue_timeout` (queued behind busy replicas, or
     waiting while a crashed replica is replaced: Serve's router would hold it until one is back)
     is cancelled and answered 503 ``overloaded`` with Retry-After. The whole call is bounded by
-    `timeout` (then TimeoutError, which the caller maps to 408). However the wait ends without an
-    answer (a deadline, a Ray error, or the caller cancelled because its client left), the call
-    itself is cancelled, so a replica never computes for nobody. Ray errors are raised as they
-    are (see :func:`from_ray`).
+    `timeout` (then TimeoutError, which the caller maps to 408), timed by `timer` when given (it
+    is then the whole bound, and `queue_timeout` is not used). However the wait ends without
+    an answer (a deadline, a Ray error, or the caller cancelled because its client left), the
+    call itself is cancelled, so a replica never computes for nobody. Ray errors are raised as
+    they are (see :func:`from_ray`).
     """
+    if timer is not None:
+        return await _answer_by(timer, pending, timeout)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     if queue_timeout is not None and queue_timeout < timeout:
@@ -59,6 +85,25 @@ async def answer(pending, timeout: float, queue_timeout: float | None):
         # cancels the call, wherever it is: queued or computing.
         cancel(pending)
         raise
+
+
+async def _answer_by(timer: Timer, pending, timeout: float):
+    """:func:`answer` with the deadline `timeout` timed by `timer`. A timer that raises has not
+    timed the deadline: its error is raised (a failure of the call), never taken for a 408."""
+    result = asyncio.ensure_future(pending)
+    deadline = asyncio.ensure_future(timer(timeout))
+    try:
+        await asyncio.wait({result, deadline}, return_when=asyncio.FIRST_COMPLETED)
+        if result.done():
+            return result.result()
+        deadline.result()  # raises the timer's own error
+        raise TimeoutError(f"the deadline of {timeout:g} s passed")
+    except BaseException:
+        result.cancel()
+        cancel(pending)
+        raise
+    finally:
+        deadline.cancel()
 
 
 def from_ray(exc: BaseException) -> ServiceError:
@@ -89,11 +134,13 @@ class Deadlines:
     """The deadlines of every call a caller makes to a model deployment: `request_s` for the
     whole call (then 408), `queue_s` for a replica to accept it (then 503; None: no separate
     queue deadline). With `count_in_flight` (the gateway's handles), calls are counted in
-    ``dialscore_queue_length`` under the label each call names."""
+    ``dialscore_queue_length`` under the label each call names. `timer` times `request_s`
+    (see :func:`answer`); None: the event loop's clock."""
 
     request_s: float
     queue_s: float | None = None
     count_in_flight: bool = False
+    timer: Timer | None = None
 
     async def call(self, pending: Any, label: str) -> Any:
         """The answer of `pending` (a DeploymentResponse) under the deadlines; every Ray failure
@@ -103,7 +150,7 @@ class Deadlines:
         if self.count_in_flight:
             metrics.IN_FLIGHT.labels(label).inc()
         try:
-            return await answer(pending, self.request_s, self.queue_s)
+            return await answer(pending, self.request_s, self.queue_s, self.timer)
         except ServiceError:
             raise
         except Exception as exc:  # noqa: BLE001 - every Ray failure maps to a typed error

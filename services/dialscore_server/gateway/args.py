@@ -55,6 +55,13 @@ class AppArgs(_Args):
     rerank_num_cpus: float = Field(0.1, gt=0, description="CPUs of the (model-less) rerank deployment.")
     limits: Limits = Field(default_factory=Limits)
     request_timeout_s: float = Field(60.0, gt=0, description="Deadline of one request; then 408.")
+    deadline_timer: str | None = Field(
+        None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        description="Import path (`package.module:function`, importable where the gateway runs) "
+        "of an async function(seconds) that returns once a request's deadline "
+        "(request_timeout_s) has passed; it then times the whole request, and queue_timeout_s "
+        "is not used. Default: the event loop's clock. Tests pass one whose deadlines pass when "
+        "they say, as they serve fake engines (`engine`).")
     body_timeout_s: float = Field(
         10.0, gt=0, description="Longest a gateway waits for a request's whole body once the "
         "request reached it (a client trickling bytes); then 408 `timeout`, counted in "

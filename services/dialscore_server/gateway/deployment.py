@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from dialscore_server.contract.deadline import Deadlines
+from dialscore_server.contract.deadline import Deadlines, timer_at
 from dialscore_server.contradiction.deployment import ClassifierHandle
 from dialscore_server.gateway.app import create_app
 from dialscore_server.gateway.args import AppArgs
@@ -39,7 +39,7 @@ class Gateway(ModelDirectory):
                        nll_bulk_pools: dict[str, DeploymentHandle] | None = None):
         app_args = AppArgs.model_validate(args)
         deadlines = Deadlines(app_args.request_timeout_s, app_args.queue_timeout_s,
-                              count_in_flight=True)
+                              count_in_flight=True, timer=timer_at(app_args.deadline_timer))
         super().__init__(
             nll_services(nll, nll_bulk_pools, deadlines),
             {name: ClassifierHandle(h, deadlines, name) for name, h in (classifiers or {}).items()},
