@@ -66,6 +66,6 @@ def test_a_yielding_job_computes_only_once_the_interactive_request_ends(tmp_path
     [line] = scorer.score([Request(1, "a", "POST", "/v1/nll", body)])
     assert line["response"]["status_code"] == 200, line
     assert WITNESS["seen"] == [True] and time.sleeps == 2
-    lanes = scorer.directory._nll["pooled"].chunks.runner.counts.work
+    lanes = scorer.directory.nll("pooled").chunks.runner.counts.work
     assert lanes["bulk"] > 0 and lanes["interactive"] == 0
-    assert scorer.directory._nll["plain"].chunks._gate is None   # a job holds no gate
+    assert scorer.directory.nll("plain").chunks.gate is None   # a job holds no gate

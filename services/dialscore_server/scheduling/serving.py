@@ -21,7 +21,8 @@ from dialscore_server.scheduling.arrivals import Arrivals
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk, Outcome, Runner, take_turns
 from dialscore_server.scheduling.device_gate import GatedCalls
-from dialscore_server.scheduling.engine_thread import EnginePriority, EngineThread
+from dialscore_server.scheduling.cpu_priority import CpuPriority
+from dialscore_server.scheduling.engine_thread import EngineThread
 from dialscore_server.scheduling.lanes import EngineCall, LanePolicy, LaneQueue
 from dialscore_server.scheduling.ledger import WorkLedger
 
@@ -126,7 +127,7 @@ class ChunkedServing(Generic[C, V]):
         stall_s: an engine call at work for longer than this many seconds fails the health check
             (:class:`EngineStalled`); None: an engine call at work always passes it.
         priority: the engine thread's CPU priority
-            (:data:`~dialscore_server.scheduling.engine_thread.EnginePriority`).
+            (:data:`~dialscore_server.scheduling.cpu_priority.CpuPriority`).
         gate: how requests and engine calls meet the gate of the engine's device on this node
             (:class:`~dialscore_server.scheduling.device_gate.GatedCalls`: an interactive
             request holds it while it is here, from admission to its last chunk's outcome; a
@@ -145,7 +146,7 @@ class ChunkedServing(Generic[C, V]):
     def __init__(self, run: Run[C, V], *, model: str, unit: str,
                  runner: RunnerFactory = one_at_a_time, lanes: LanePolicy = LanePolicy(),
                  rechunk: Rechunk[C] | None = None, stall_s: float | None = None,
-                 priority: EnginePriority = "normal", gate: GatedCalls | None = None,
+                 priority: CpuPriority = "normal", gate: GatedCalls | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self._run = run
         self._gate = gate
@@ -160,6 +161,12 @@ class ChunkedServing(Generic[C, V]):
         seen = gate.interactive_seen_at if gate is not None else None  # None unless it yields
         self.runner = runner(self._engine_thread.call, policy=lanes, model=model, unit=unit,
                              interactive_seen=seen)
+
+    @property
+    def gate(self) -> GatedCalls | None:
+        """How this serving's engine calls meet its device's gate (None: no gate, as in a batch
+        job's worker or in-process)."""
+        return self._gate
 
     async def check_health(self, probe: Callable[[], None]) -> None:
         """Serve's health check of the replica's engine. While an engine call runs or waits for
