@@ -1,4 +1,4 @@
-"""The engine thread's CPU priority (``engine_priority``, scheduling/engine_thread.py), without
+"""The engine thread's CPU priority (``engine_priority``, scheduling/cpu_priority.py), without
 Ray: the thread lowers its own priority before its first call, the threads it starts later (as
 PyTorch's OpenMP team) inherit it, and the thread that built the serving keeps its own."""
 
@@ -13,7 +13,8 @@ import pytest
 
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contradiction.serving import ContradictionServing
-from dialscore_server.scheduling.engine_thread import EngineThread, lower_thread_priority
+from dialscore_server.scheduling.cpu_priority import lower_thread_priority
+from dialscore_server.scheduling.engine_thread import EngineThread
 from test_fair_chunks import GatedDetector
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="thread priorities are Linux's")
@@ -48,6 +49,48 @@ def test_a_thread_lowers_only_itself_and_what_it_starts_afterwards(level, policy
     assert own == expected
     assert child == expected  # PyTorch's OpenMP workers are started the same way
     assert priority() == mine
+
+
+#: In a process of its own (it lowers the whole process): a thread started before, the main
+#: thread and a thread started after lower_process_priority; their (policy, nice) and the count.
+WHOLE_PROCESS = """
+import json, os, threading, sys
+from dialscore_server.scheduling.cpu_priority import lower_process_priority
+
+def priority():
+    tid = threading.get_native_id()
+    return os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid)
+
+go, seen = threading.Event(), {}
+def before():
+    go.wait()
+    seen["before"] = priority()
+early = threading.Thread(target=before)
+early.start()
+count = lower_process_priority(sys.argv[1], "ingress_priority")
+go.set()
+early.join()
+late = threading.Thread(target=lambda: seen.update(after=priority()))
+late.start()
+late.join()
+print(json.dumps({"count": count, "main": priority(), **seen,
+                  "threads": len(os.listdir("/proc/self/task"))}))
+"""
+
+
+@pytest.mark.parametrize("level,policy,nice", [("low", os.SCHED_OTHER, 19),
+                                               ("idle", os.SCHED_IDLE, None)])
+def test_a_process_lowers_every_thread_it_has_and_starts(level, policy, nice):
+    import json
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", WHOLE_PROCESS, level], capture_output=True,
+                         text=True, check=True, timeout=120)
+    got = json.loads(out.stdout)
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    expected = [policy, mine if nice is None else nice]
+    assert got["main"] == got["before"] == got["after"] == expected
+    assert got["count"] >= 2  # the main thread and the one started before, at least
 
 
 @pytest.mark.parametrize("level,expected", [("idle", os.SCHED_IDLE), ("normal", os.SCHED_OTHER)])

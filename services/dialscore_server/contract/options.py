@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dialscore_server.scheduling.device_gate import DeviceGate, GatedCalls
-from dialscore_server.scheduling.engine_thread import EnginePriority
+from dialscore_server.scheduling.cpu_priority import CpuPriority
 from dialscore_server.scheduling.lanes import BULK_EVERY, LanePolicy
 
 
@@ -151,7 +151,7 @@ class ServingOptions(BaseModel):
         "replaced about `engine_stall_s` + 3 x this after the call began. Lower it with "
         "`engine_stall_s` to replace hung replicas sooner; each check of an idle replica costs "
         "one tiny engine pass.")
-    engine_priority: EnginePriority = Field(
+    engine_priority: CpuPriority = Field(
         "normal", description="The CPU priority of the replica's engine calls, on Linux: the "
         "thread that runs them and PyTorch's CPU threads it starts. `normal`: the replica "
         "process's own (Ray starts workers at nice 15). `low`: nice 19. `idle`: Linux's "

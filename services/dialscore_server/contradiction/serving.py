@@ -25,7 +25,7 @@ from dialscore_server.contradiction.engine.pairing import DetectionJob, Detectio
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk
 from dialscore_server.scheduling.device_gate import DeviceGate, GatedCalls
-from dialscore_server.scheduling.engine_thread import EnginePriority
+from dialscore_server.scheduling.cpu_priority import CpuPriority
 from dialscore_server.scheduling.lanes import LanePolicy
 from dialscore_server.scheduling.serving import ChunkedServing, RunnerFactory, merged, one_at_a_time
 
@@ -118,7 +118,7 @@ class ContradictionServing:
     def __init__(self, engine: Detector, *, max_batch_pairs: int, chunk_pairs: int = CHUNK_PAIRS,
                  model: str = "", runner: RunnerFactory = one_at_a_time,
                  lanes: LanePolicy | None = None, stall_s: float | None = None,
-                 priority: EnginePriority = "normal", gate: GatedCalls | None = None,
+                 priority: CpuPriority = "normal", gate: GatedCalls | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.engine = engine
         self.max_batch_pairs = max_batch_pairs

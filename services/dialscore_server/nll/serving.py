@@ -32,7 +32,7 @@ from dialscore_server.nll.tokenizer.serving import TokenizerCall, run_tokenizer_
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk
 from dialscore_server.scheduling.device_gate import DeviceGate, GatedCalls
-from dialscore_server.scheduling.engine_thread import EnginePriority
+from dialscore_server.scheduling.cpu_priority import CpuPriority
 from dialscore_server.scheduling.lanes import LanePolicy
 from dialscore_server.scheduling.planner import BatchStats
 from dialscore_server.scheduling.serving import ChunkedServing, RunnerFactory, merged, one_at_a_time
@@ -196,7 +196,7 @@ class NLLServing:
     def __init__(self, engine: NLLScorer, *, max_batch_tokens: int,
                  chunk_tokens: int = CHUNK_TOKENS, model: str = "",
                  runner: RunnerFactory = one_at_a_time, lanes: LanePolicy | None = None,
-                 stall_s: float | None = None, priority: EnginePriority = "normal",
+                 stall_s: float | None = None, priority: CpuPriority = "normal",
                  gate: GatedCalls | None = None, clock: Callable[[], float] = time.monotonic):
         self.engine = engine
         self.max_batch_tokens = max_batch_tokens

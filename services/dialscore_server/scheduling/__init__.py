@@ -10,7 +10,8 @@ One request's path, called one way, top to bottom:
    one chunk per call in-process, merged calls in a replica, :mod:`.serving`), so each engine
    call merges about one chunk of every waiting request of its priority lane, interactive
    requests' chunks before bulk ones (:mod:`.lanes`);
-3. the runner's engine call runs on the replica's one :class:`~.engine_thread.EngineThread`,
+3. the runner's engine call runs on the replica's one :class:`~.engine_thread.EngineThread`
+   (at the replica's ``engine_priority``, :mod:`.cpu_priority`),
    accounted by the :class:`~.ledger.WorkLedger` (work done, dropped, wasted; engine time and the
    share nobody waited for), under a :class:`~.cancellation.CallGuard` that leaves cancelled
    requests' items out of the passes not yet run; in a replica, through its device's gate

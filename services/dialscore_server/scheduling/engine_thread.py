@@ -4,48 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Generic, Literal, TypeVar
+from typing import Generic, TypeVar
+
+from dialscore_server.scheduling.cpu_priority import CpuPriority, lower_thread_priority
 
 logger = logging.getLogger("dialscore.serve")
 
 A = TypeVar("A")
 R = TypeVar("R")
 T = TypeVar("T")
-
-#: The CPU priority of a replica's engine thread. ``normal``: the process's own. ``low``: nice
-#: 19, the lowest a nice value goes. ``idle``: Linux's ``SCHED_IDLE`` policy, below every nice
-#: value (a weight of 3 against nice 0's 1024 and nice 19's 15).
-EnginePriority = Literal["normal", "low", "idle"]
-
-
-def lower_thread_priority(priority: EnginePriority) -> None:
-    """Lower the calling thread's CPU priority to `priority` (Linux; on other systems a warning
-    and nothing else). Only the calling thread changes, and the threads it starts afterwards
-    inherit it: PyTorch's OpenMP team for the thread's CPU kernels, started by the thread's first
-    parallel kernel. A priority is only ever lowered, which needs no privilege; where the system
-    refuses all the same (a seccomp profile), the thread keeps its priority and the refusal is
-    logged as a warning, so that the engine still serves. ``normal`` changes nothing."""
-    if priority == "normal":
-        return
-    if sys.platform != "linux":
-        logger.warning("engine_priority %r is ignored: it needs Linux (this is %s)", priority,
-                       sys.platform)
-        return
-    tid = threading.get_native_id()
-    try:
-        if priority == "idle":
-            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-        else:
-            os.setpriority(os.PRIO_PROCESS, tid, 19)
-    except OSError as exc:
-        logger.warning("engine_priority %r not applied, the engine thread keeps its priority: %s",
-                       priority, exc)
 
 
 class EngineThread(Generic[A, R]):
@@ -64,7 +35,7 @@ class EngineThread(Generic[A, R]):
 
     def __init__(self, run: Callable[[Sequence[A]], R],
                  clock: Callable[[], float] = time.monotonic,
-                 priority: EnginePriority = "normal") -> None:
+                 priority: CpuPriority = "normal") -> None:
         self._run = run
         self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dialscore-engine",
