@@ -9,7 +9,6 @@ silent wait or a 500."""
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 
 from dialscore_server import compat
 from dialscore_server.contract.errors import ServiceError
+from dialscore_server.contract.import_path import imported
 
 logger = logging.getLogger("dialscore.gateway")
 
@@ -31,11 +31,7 @@ def timer_at(path: str | None) -> Timer | None:
     when it cannot be imported or is not callable."""
     if path is None:
         return None
-    module, _, name = path.partition(":")
-    try:
-        timer = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"deadline_timer {path!r} cannot be imported: {exc}") from exc
+    timer = imported(path, "deadline_timer")
     if not callable(timer):
         raise ValueError(f"deadline_timer {path!r} is not callable")
     return timer

@@ -9,8 +9,9 @@ deployment declares the operations it needs on top of these (``score_encoded`` f
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from dialscore_server.contract.import_path import imported
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -50,11 +51,7 @@ def engine_class(path: str | None, default: type) -> type:
     the class lacks the engine protocol's methods."""
     if path is None:
         return default
-    module, _, name = path.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"engine {path!r} cannot be imported: {exc}") from exc
+    cls = imported(path, "engine")
     missing = [m for m in ("from_options", "card", "check_health", "close") if not hasattr(cls, m)]
     if not isinstance(cls, type) or missing:
         raise ValueError(f"engine {path!r} is not an engine class (missing {', '.join(missing)})")
