@@ -5,8 +5,9 @@ lanes off and on (one run, one app).
     python -m loadtests.bench_lanes --rate 3 --seconds 20 --num-cpus 16 --device cuda  # on a GPU
     python -m loadtests.bench_lanes --only pool,yield,yield-always  # three of the deployments
     python -m loadtests.bench_lanes --only pool --rounds 5  # every phase 5 times, interleaved
+    python -m loadtests.bench_lanes --only yield,ingress --rounds 3  # the bulk ingress
 
-One app serves the stand-in NLI classifier and the stand-in DialoGPT seven times (--only: fewer): as
+One app serves the stand-in NLI classifier and the stand-in DialoGPT eight times (--only: fewer): as
 ``dialogpt-lanes-off`` (``priority_lanes: false``: one first-come-first-served queue), as
 ``dialogpt-lanes-on`` (the default lanes), as ``dialogpt-lanes-small-bulk`` (lanes, and bulk
 engine calls of at most --bulk-max-batch positions within the default 2 s
@@ -17,8 +18,11 @@ bulk, its engine thread at ``engine_priority: idle``), and as ``dialogpt-lanes-p
 same, its pool also yielding to interactive requests on the node,
 ``yield_to_interactive_s: 0.25``, pool calls within --bulk-max-batch positions for the default
 2 s ``bulk_max_batch_hold_s`` after an interactive request was on the node), and as
-``dialogpt-lanes-pool-yield-always`` (the same, every pool call within the bound), each one
-replica with 2 threads (``--device cuda``: each on an eleventh of one GPU). Phases, each
+``dialogpt-lanes-pool-yield-always`` (the same, every pool call within the bound), and as
+``dialogpt-lanes-pool-yield-ingress`` (the yielding pool again, the probe run's requests sent
+through the app's bulk ingress: a second app, ``/lanes-bulk``, whose gateway process runs at
+--ingress-priority, gateway/bulk_ingress.py), each one replica with 2 threads
+(``--device cuda``: each on a thirteenth of one GPU). Phases, each
 --seconds long; the interactive stream is /v1/rerank requests (6-turn context, 8 candidates,
 with ``nll_model``: its NLL term shares the dialogue model's replica with the probe run) sent
 open-loop at --rate per second, no priority header (interactive):
@@ -35,8 +39,8 @@ open-loop at --rate per second, no priority header (interactive):
    service's processes at nice 15, so only ``idle`` keeps the probe client from competing with
    them for the cores (nice 19 still weighs 15 against their 36);
 3. *beside probe, lanes on* / *small bulk* / *s.b. always* / *bulk pool* / *yielding pool* /
-   *y.p. always*: the same against the other deployments (on the last three, the probe run's
-   requests go to the pool);
+   *y.p. always* / *bulk ingress*: the same against the other deployments (on the last four, the
+   probe run's requests go to the pool; on the last, through the bulk ingress);
 4. *probe only*: the probe run alone on the deployments with lanes, no stream (its items per
    second over --seconds): what the bound and the pool cost bulk work when no interactive
    request comes.
@@ -85,12 +89,15 @@ ALWAYS = "dialogpt-lanes-small-bulk-always"
 POOLED = "dialogpt-lanes-pool"
 YIELDING = "dialogpt-lanes-pool-yield"
 YIELD_ALWAYS = "dialogpt-lanes-pool-yield-always"
+INGRESS = "dialogpt-lanes-pool-yield-ingress"
 #: --only's short names of the deployments.
 SHORT = {"off": OFF, "on": ON, "small": SMALL, "always": ALWAYS, "pool": POOLED,
-         "yield": YIELDING, "yield-always": YIELD_ALWAYS}
-#: Each deployment's share of the GPU with --device cuda (ten NLL deployments, pools included,
-#: and the classifier).
-GPU_SHARE = 1 / 11
+         "yield": YIELDING, "yield-always": YIELD_ALWAYS, "ingress": INGRESS}
+#: The bulk ingress's application (and route prefix, under /).
+BULK_APP = "lanes-bulk"
+#: Each deployment's share of the GPU with --device cuda (twelve NLL deployments, pools
+#: included, and the classifier).
+GPU_SHARE = 1 / 13
 #: The yielding pool's ``yield_to_interactive_s``.
 YIELD_S = 0.25
 
@@ -145,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the whole sequence of phases this many times (default 1); "
                          "percentiles pool the rounds' requests")
+    ap.add_argument("--ingress-priority", choices=["normal", "low", "idle"], default="low",
+                    help="the bulk ingress's ingress_priority (default low, the service's "
+                         "default)")
     ap.add_argument("--num-cpus", type=int, default=5,
                     help="Ray's logical CPUs (default 5; the processes may use every core)")
     args = ap.parse_args(argv)
@@ -162,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         YIELDING: nll_entry(YIELDING, True, args.device, pool=True,
                             yield_bulk_max_batch=args.bulk_max_batch),
         YIELD_ALWAYS: nll_entry(YIELD_ALWAYS, True, args.device, pool=True,
-                                yield_bulk_max_batch=args.bulk_max_batch, yield_always=True)}
+                                yield_bulk_max_batch=args.bulk_max_batch, yield_always=True),
+        INGRESS: nll_entry(INGRESS, True, args.device, pool=True,
+                           yield_bulk_max_batch=args.bulk_max_batch)}
     app_args = {
         "stand_ins": str(WORK / "stand-ins"), "request_timeout_s": 300,
         "models": [entries[m] for m in args.models],
@@ -171,8 +183,33 @@ def main(argv: list[str] | None = None) -> int:
             "num_threads": 1, "max_ongoing_requests": 128, "max_queued_requests": 512}}],
     }
     with serve_app(app_args, name=APP, num_cpus=args.num_cpus) as url:
+        if INGRESS in args.models:
+            deploy_bulk_ingress(url, app_args, args.ingress_priority)
         measure(url, args)
     return 0
+
+
+def deploy_bulk_ingress(url: str, app_args: dict[str, Any], priority: str) -> None:
+    """The app's bulk ingress under ``/{BULK_APP}``, at `priority`; returns once it is ready."""
+    from ray import serve
+
+    from dialscore_server.gateway.args import BulkIngressArgs
+    from dialscore_server.gateway.build import build_bulk_ingress
+
+    args = BulkIngressArgs.model_validate({**app_args, "of_app": APP,
+                                           "ingress_priority": priority})
+    serve.run(build_bulk_ingress(args), name=BULK_APP, route_prefix=f"/{BULK_APP}")
+    for _ in range(600):  # a hang guard: ten minutes
+        if httpx.get(f"{url}/{BULK_APP}/readyz", timeout=10).status_code == 200:
+            return
+        time.sleep(1.0)
+    raise RuntimeError("the bulk ingress did not become ready")
+
+
+def probe_url(url: str, model: str) -> str:
+    """Where the probe run sends its requests for `model`: the bulk ingress for :data:`INGRESS`,
+    else the app."""
+    return f"{url}/{BULK_APP}" if model == INGRESS else url
 
 
 def rerank_body(model: str) -> dict[str, Any]:
@@ -270,7 +307,8 @@ def phase(url: str, model: str, probe: bool, args: argparse.Namespace,
     `interactive_stream`, no stream: the probe run's items per second over --seconds."""
     context = multiprocessing.get_context("spawn")
     stop, scored = context.Event(), context.Value("q", 0)
-    bulk = (context.Process(target=probe_run, args=(url, model, items, args.concurrency,
+    bulk = (context.Process(target=probe_run, args=(probe_url(url, model), model, items,
+                                                    args.concurrency,
                                                     args.bulk_nice, stop, scored))
             if probe else None)
     if bulk is not None:
@@ -306,7 +344,8 @@ def phase(url: str, model: str, probe: bool, args: argparse.Namespace,
 
 #: Each deployment's name in the phases' names.
 LABEL = {OFF: "lanes off", ON: "lanes on", SMALL: "small bulk", ALWAYS: "s.b. always",
-         POOLED: "bulk pool", YIELDING: "yielding pool", YIELD_ALWAYS: "y.p. always"}
+         POOLED: "bulk pool", YIELDING: "yielding pool", YIELD_ALWAYS: "y.p. always",
+         INGRESS: "bulk ingress"}
 
 
 def phases(models: list[str]) -> list[tuple[str, str, bool, bool]]:
@@ -329,6 +368,10 @@ def measure(url: str, args: argparse.Namespace) -> None:
                 for lane in ("interactive", "bulk"):  # the pool too
                     (await client.post("/v1/nll", json={"model": model, "items": items[:64]},
                                        headers={"X-Dialscore-Priority": lane})
+                     ).raise_for_status()
+                if model == INGRESS:
+                    (await client.post(f"/{BULK_APP}/v1/nll",
+                                       json={"model": model, "items": items[:64]})
                      ).raise_for_status()
 
     asyncio.run(warm())

@@ -85,14 +85,15 @@ def wait_ready(url: str, limit_s: float = 120.0) -> None:
 
 
 @contextmanager
-def deploy_app(served: Served, name: str, args) -> Iterator[Served]:
-    """Deploy another application (built from `args`) into the session's Serve instance under
-    ``/{name}``, wait until it is ready, yield it, delete it afterwards."""
+def deploy_app(served: Served, name: str, args, build: Any = None) -> Iterator[Served]:
+    """Deploy another application (built from `args` by `build`, default ``build_app``) into the
+    session's Serve instance under ``/{name}``, wait until it is ready, yield it, delete it
+    afterwards."""
     from ray import serve
 
     from dialscore_server.gateway.build import build_app
 
-    serve.run(build_app(args), name=name, route_prefix=f"/{name}")
+    serve.run((build or build_app)(args), name=name, route_prefix=f"/{name}")
     try:
         url = f"{served.url}/{name}"
         wait_ready(url)

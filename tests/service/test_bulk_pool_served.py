@@ -3,7 +3,11 @@ the model and its pool are served by a fake engine whose every NLL says the CPU 
 thread that computed it (priority_engines.py), the pool with ``engine_priority: idle``. So each
 answer says where it was computed: requests asking for the bulk lane (by header or by body
 ``priority``), a bulk rerank's NLL term included, on the pool's engine thread under
-SCHED_IDLE; every other request on the model's own replica, at the replica's priority."""
+SCHED_IDLE; every other request on the model's own replica, at the replica's priority.
+
+The app's bulk ingress (``build_bulk_ingress``, a second app under ``/bulkpool-bulk``) serves
+every request on the same deployments in the bulk lane, whatever it asks, from a gateway process
+whose every thread runs at nice 19 (``ingress_priority: low``)."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ pytestmark = [pytest.mark.serve,
 
 MODEL = "pooled-gpt"
 APP = "bulkpool"
+INGRESS = "bulkpool-bulk"
 ENGINE = "priority_engines:HoldingNLLEngine"
 #: The pool's yield_to_interactive_s.
 YIELD_S = 3.0
@@ -42,6 +47,17 @@ def pooled(served, stand_ins):
         classifiers=[{"name": "roberta-large-mnli",
                       "serving": {**ONE_THREAD, "engine": "fake_api:FakeDetector"}}])
     with deploy_app(served, APP, args) as app:
+        yield app
+
+
+@pytest.fixture(scope="module")
+def ingress(pooled, served):
+    from dialscore_server.gateway.args import BulkIngressArgs
+    from dialscore_server.gateway.build import build_bulk_ingress
+
+    args = BulkIngressArgs.model_validate({**pooled.args.model_dump(), "of_app": APP,
+                                           "ingress_priority": "low"})
+    with deploy_app(served, INGRESS, args, build_bulk_ingress) as app:
         yield app
 
 
@@ -92,3 +108,38 @@ def test_the_pool_waits_while_an_interactive_engine_call_is_at_work(pooled, tmp_
         (tmp_path / "hold").unlink()
         thread.join(HANG_S)
     assert interactive and interactive[0].headers["x-dialscore-lane"] == "interactive"
+
+
+@pytest.mark.parametrize("headers,body", [
+    (None, NLL), ({"X-Dialscore-Priority": "interactive"}, NLL), (None, {**NLL, "priority": 0}),
+    (BULK, NLL)])
+def test_through_the_bulk_ingress_every_request_is_computed_by_the_pool(pooled, ingress,
+                                                                       headers, body):
+    reply = post(f"{ingress.url}/v1/nll", body, headers)
+    assert reply.headers["x-dialscore-lane"] == "bulk"
+    assert decode(reply.json()["results"][0]["nll"])[0] == os.SCHED_IDLE
+    # the same answer as the service's own gateway gives a bulk request
+    assert reply.json() == post(f"{pooled.url}/v1/nll", NLL, BULK).json()
+
+
+def test_a_rerank_and_a_detection_through_the_bulk_ingress_are_bulk(ingress):
+    reply = post(f"{ingress.url}/v1/rerank", RERANK)
+    assert reply.headers["x-dialscore-lane"] == "bulk"
+    assert {decode(r["nll"])[0] for r in reply.json()["results"]} == {os.SCHED_IDLE}
+    detection = post(f"{ingress.url}/v1/contradiction", {"dialogues": [{"turns": [
+        {"speaker": 1, "text": "I love dogs."}, {"speaker": 1, "text": "I hate dogs."}]}]})
+    assert detection.headers["x-dialscore-lane"] == "bulk"
+
+
+def test_the_bulk_ingress_is_one_gateway_at_its_priority(ingress):
+    from dialscore_server.compat import serve_replicas
+
+    replicas = [r for r in serve_replicas() if r["app"] == INGRESS and r["state"] == "RUNNING"]
+    assert [r["deployment"] for r in replicas] == ["bulk-gateway"]  # no models of its own
+    nice = set()
+    for task in os.listdir(f"/proc/{replicas[0]['pid']}/task"):
+        try:
+            nice.add(os.getpriority(os.PRIO_PROCESS, int(task)))
+        except ProcessLookupError:
+            pass  # a thread that ended meanwhile
+    assert nice == {19}, f"the ingress's threads run at nice {nice}"

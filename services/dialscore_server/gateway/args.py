@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from dialscore_server.checkpoints.registry import ModelConfig, Registry, paper_registry, stand_in_registry
 from dialscore_server.contract.limits import Limits
 from dialscore_server.contract.options import ServingOptions
+from dialscore_server.scheduling.cpu_priority import CpuPriority
 
 
 class _Args(BaseModel):
@@ -151,3 +152,25 @@ class AppArgs(_Args):
             if cfg.family != "classifier":
                 raise ValueError(f"classifiers: {cfg.name!r} is a {cfg.family} model, not a classifier")
         return out
+
+
+class BulkIngressArgs(AppArgs):
+    """Arguments of a bulk ingress (``build_bulk_ingress``): a second Serve application, under a
+    route prefix of its own, whose one deployment is a gateway that serves every request in the
+    bulk lane, on the model deployments of the application `of_app` (built from the same
+    AppArgs: give both the same `models`, `classifiers`, limits and auth, as a YAML anchor does).
+    Its gateway runs at `ingress_priority`, a process of its own, so that reading, validating
+    and answering bulk requests takes CPU only as the interactive path leaves it."""
+
+    of_app: str = Field(
+        "dialscore", min_length=1, description="The Serve application whose model deployments "
+        "(`nll-<name>`, `bulk-nll-<name>`, `nli-<name>`, `rerank`) this ingress calls; it must "
+        "be built from the same `models` and `classifiers`.")
+    ingress_priority: CpuPriority = Field(
+        "low", description="The CPU priority of the bulk ingress's gateway process, every thread "
+        "of it, on Linux: `low` (nice 19), `idle` (SCHED_IDLE: only CPU time nothing else on "
+        "the node wants) or `normal`. Never raised again; ignored off Linux.")
+    of_app_wait_s: float = Field(
+        600.0, gt=0, description="How long a bulk ingress replica waits at start for `of_app`'s "
+        "deployments to exist (the two applications may be deployed together); then it fails "
+        "to start, naming the deployment, and Serve tries again.")

@@ -1,7 +1,10 @@
-"""The Serve application: the gateway, one deployment per model (and per bulk pool), the reranker.
+"""The Serve applications: the service (the gateway, one deployment per model and per bulk pool,
+the reranker), and its optional bulk ingress (a gateway of its own for bulk work).
 
 Serve YAML: ``import_path: dialscore_server.gateway.build:build_app``; Serve validates the
-YAML's ``args`` against :class:`~dialscore_server.gateway.args.AppArgs`.
+YAML's ``args`` against :class:`~dialscore_server.gateway.args.AppArgs`. A bulk ingress is a
+second application, ``import_path: dialscore_server.gateway.build:build_bulk_ingress``, with
+:class:`~dialscore_server.gateway.args.BulkIngressArgs` (the same args, and ``of_app``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from ray import serve
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contradiction.deployment import ContradictionDeployment
-from dialscore_server.gateway.args import AppArgs
+from dialscore_server.gateway.args import AppArgs, BulkIngressArgs
+from dialscore_server.gateway.bulk_ingress import BulkGateway
 from dialscore_server.gateway.deployment import Gateway
 from dialscore_server.nll.deployment import NLLDeployment
 from dialscore_server.rerank.deployment import RerankDeployment
@@ -33,15 +37,28 @@ def build_app(args: AppArgs) -> serve.Application:
         ray_actor_options={"num_cpus": args.rerank_num_cpus}).bind(
             classifiers, nll, request_timeout_s=args.request_timeout_s,
             queue_timeout_s=args.queue_timeout_s, nll_bulk_pools=bulk_pools) if classifiers else None
+    return Gateway.options(**gateway_options(args)).bind(
+        nll, args.model_dump(), classifiers, reranker, bulk_pools)
+
+
+def build_bulk_ingress(args: BulkIngressArgs) -> serve.Application:
+    """The bulk ingress of the application `args.of_app` (gateway/bulk_ingress.py): one gateway
+    deployment, sized as the main application's gateway, that serves every request in the bulk
+    lane on that application's model deployments."""
+    return BulkGateway.options(**gateway_options(args)).bind(args.model_dump())
+
+
+def gateway_options(args: AppArgs) -> dict[str, Any]:
+    """Serve deployment options of a gateway deployment (the service's, or a bulk ingress's)."""
     spread = ({"max_replicas_per_node": args.gateway_max_replicas_per_node}
               if args.gateway_max_replicas_per_node else {})
-    return Gateway.options(
+    return dict(
         num_replicas=args.gateway_replicas, ray_actor_options={"num_cpus": args.gateway_num_cpus},
         **spread,
         max_ongoing_requests=args.gateway_max_ongoing_requests,
         max_queued_requests=args.gateway_max_queued_requests,
         backpressure_config={"status_code": 503, "retry_after_s": 1.0},
-    ).bind(nll, args.model_dump(), classifiers, reranker, bulk_pools)
+    )
 
 
 def nll_deployment(name: str, cfg: ModelConfig, opts: ServingOptions) -> serve.Application:

@@ -1,7 +1,9 @@
 """The gateway as a Ray Serve ingress: a :class:`~dialscore_server.directory.ModelDirectory`
 over typed handles of the model deployments (a model with a bulk pool as one
 :class:`~dialscore_server.nll.bulk_pool.BulkPooled` over both), serving the FastAPI app
-(gateway/app.py).
+(gateway/app.py). :class:`GatewayReplica` is what every gateway replica is; :class:`Gateway` is
+the service's, which is given its handles; the bulk ingress's (gateway/bulk_ingress.py) looks
+them up in the service's application.
 
 The app is built per replica, after the constructor (``__serve_build_asgi_app__``), so routes
 close over the live gateway (its handles, limits and token) rather than over a copy Serve froze at
@@ -28,20 +30,20 @@ from dialscore_server.nll.deployment import nll_services
 from dialscore_server.rerank.deployment import RerankHandle
 
 
-@serve.deployment(name="gateway", max_ongoing_requests=256)
-@serve.ingress()
-class Gateway(ModelDirectory):
-    """Routes HTTP requests to the model deployments; holds no model itself."""
+class GatewayReplica(ModelDirectory):
+    """What every gateway replica is, over handles it is given (:class:`Gateway`) or looks up
+    (the bulk ingress, gateway/bulk_ingress.py): a model directory serving the FastAPI app."""
 
-    async def __init__(self, nll: dict[str, DeploymentHandle], args: dict[str, Any],
-                       classifiers: dict[str, DeploymentHandle] | None = None,
-                       reranker: DeploymentHandle | None = None,
-                       nll_bulk_pools: dict[str, DeploymentHandle] | None = None):
-        app_args = AppArgs.model_validate(args)
+    async def open(self, app_args: AppArgs, nll: dict[str, DeploymentHandle],
+                   classifiers: dict[str, DeploymentHandle] | None = None,
+                   reranker: DeploymentHandle | None = None,
+                   nll_bulk_pools: dict[str, DeploymentHandle] | None = None) -> None:
+        """Fill the directory from the handles, under `app_args`' deadlines, limits and auth,
+        and resolve the route to every model before taking requests."""
         deadlines = Deadlines(app_args.request_timeout_s, app_args.queue_timeout_s,
                               count_in_flight=True, timer=timer_at(app_args.deadline_timer))
-        super().__init__(
-            nll_services(nll, nll_bulk_pools, deadlines),
+        ModelDirectory.__init__(
+            self, nll_services(nll, nll_bulk_pools, deadlines),
             {name: ClassifierHandle(h, deadlines, name) for name, h in (classifiers or {}).items()},
             RerankHandle(reranker, deadlines) if reranker is not None else None,
             limits=app_args.limits, body_timeout_s=app_args.body_timeout_s,
@@ -52,3 +54,16 @@ class Gateway(ModelDirectory):
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return create_app(self)
+
+
+@serve.deployment(name="gateway", max_ongoing_requests=256)
+@serve.ingress()
+class Gateway(GatewayReplica):
+    """Routes HTTP requests to the model deployments of its application; holds no model itself."""
+
+    async def __init__(self, nll: dict[str, DeploymentHandle], args: dict[str, Any],
+                       classifiers: dict[str, DeploymentHandle] | None = None,
+                       reranker: DeploymentHandle | None = None,
+                       nll_bulk_pools: dict[str, DeploymentHandle] | None = None):
+        await self.open(AppArgs.model_validate(args), nll, classifiers, reranker,
+                        nll_bulk_pools)
