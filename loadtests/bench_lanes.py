@@ -76,7 +76,7 @@ from typing import Any
 
 import httpx
 
-from dialscore.client import AsyncDialscoreClient
+from dialscore.client import AsyncDialscoreClient, DialscoreClient
 from loadtests.common import (
     NLL_MODEL, RERANK_CANDIDATES, RERANK_CONTEXT, WORK, Column,
     attribution_workload, item_json, open_loop, parser, percentile, serve_app, table,
@@ -199,11 +199,8 @@ def deploy_bulk_ingress(url: str, app_args: dict[str, Any], priority: str) -> No
     args = BulkIngressArgs.model_validate({**app_args, "of_app": APP,
                                            "ingress_priority": priority})
     serve.run(build_bulk_ingress(args), name=BULK_APP, route_prefix=f"/{BULK_APP}")
-    for _ in range(600):  # a hang guard: ten minutes
-        if httpx.get(f"{url}/{BULK_APP}/readyz", timeout=10).status_code == 200:
-            return
-        time.sleep(1.0)
-    raise RuntimeError("the bulk ingress did not become ready")
+    with DialscoreClient(f"{url}/{BULK_APP}") as client:
+        client.wait_ready(timeout=600)  # a hang guard
 
 
 def probe_url(url: str, model: str) -> str:

@@ -42,6 +42,11 @@ class ModelEntry(_Args):
         "numbers on either. null: no pool; bulk shares the replicas, served after interactive "
         "work (priority lanes).")
 
+    @property
+    def served_name(self) -> str:
+        """The name the model is served under: `serve_as`, else its registry name."""
+        return self.serve_as or self.name
+
 
 class AppArgs(_Args):
     """Arguments of the whole application (gateway + one deployment per model)."""
@@ -102,10 +107,10 @@ class AppArgs(_Args):
 
     @model_validator(mode="after")
     def _unique(self) -> "AppArgs":
-        names = [m.serve_as or m.name for m in self.models + self.classifiers]
+        names = [m.served_name for m in self.models + self.classifiers]
         if len(set(names)) != len(names):
             raise ValueError(f"models: duplicate names in {names}")
-        pooled = [m.serve_as or m.name for m in self.classifiers if m.bulk_pool is not None]
+        pooled = [m.served_name for m in self.classifiers if m.bulk_pool is not None]
         if pooled:
             raise ValueError(f"classifiers: bulk_pool is for dialogue (NLL) models only; "
                              f"set on {pooled}")

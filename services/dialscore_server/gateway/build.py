@@ -19,6 +19,9 @@ from dialscore_server.contradiction.deployment import ContradictionDeployment
 from dialscore_server.gateway.args import AppArgs, BulkIngressArgs
 from dialscore_server.gateway.bulk_ingress import BulkGateway
 from dialscore_server.gateway.deployment import Gateway
+from dialscore_server.gateway.deployment_names import (
+    classifier_deployment_name, nll_deployment_name, pool_deployment_name,
+)
 from dialscore_server.nll.deployment import NLLDeployment
 from dialscore_server.rerank.deployment import RerankDeployment
 from dialscore_server.scheduling.context_affinity import router_config
@@ -26,12 +29,12 @@ from dialscore_server.scheduling.context_affinity import router_config
 
 def build_app(args: AppArgs) -> serve.Application:
     """The Serve application for `args`."""
-    nll = {cfg.name: nll_deployment(f"nll-{cfg.name}", cfg, opts)
+    nll = {cfg.name: nll_deployment(nll_deployment_name(cfg.name), cfg, opts)
            for cfg, opts in args.model_configs()}
-    bulk_pools = {cfg.name: nll_deployment(f"bulk-nll-{cfg.name}", cfg, opts)
+    bulk_pools = {cfg.name: nll_deployment(pool_deployment_name(cfg.name), cfg, opts)
                   for cfg, opts in args.bulk_pools()}
     classifiers = {cfg.name: ContradictionDeployment.options(
-        **serve_options(f"nli-{cfg.name}", opts)).bind(cfg.model_dump(), opts.model_dump())
+        **serve_options(classifier_deployment_name(cfg.name), opts)).bind(cfg.model_dump(), opts.model_dump())
         for cfg, opts in args.classifier_configs()}
     reranker = RerankDeployment.options(
         ray_actor_options={"num_cpus": args.rerank_num_cpus}).bind(

@@ -29,6 +29,10 @@ from ray.serve.handle import DeploymentHandle
 from dialscore_server.contract.priority import PRIORITY_HEADER
 from dialscore_server.gateway.args import BulkIngressArgs
 from dialscore_server.gateway.deployment import GatewayReplica
+from dialscore_server.gateway.deployment_names import (
+    classifier_deployment_name, nll_deployment_name, pool_deployment_name,
+)
+from dialscore_server.rerank.deployment import RerankDeployment
 from dialscore_server.scheduling.cpu_priority import lower_process_priority
 
 logger = logging.getLogger("dialscore.gateway")
@@ -74,18 +78,16 @@ async def lookup(name: str, app_name: str, wait_s: float,
 async def handles_of(args: BulkIngressArgs) -> dict[str, Any]:
     """The main application's handles as :class:`GatewayReplica.open` takes them: every dialogue
     model's deployment and pool, every classifier's, and the reranker where classifiers are
-    served. Deployment names follow gateway/build.py."""
+    served, by the names build_app gives them (gateway/deployment_names.py)."""
     async def find(name: str) -> DeploymentHandle:
         return await lookup(name, args.of_app, args.of_app_wait_s)
 
-    def name_of(entry: Any) -> str:
-        return entry.serve_as or entry.name
-
-    nll = {name_of(m): await find(f"nll-{name_of(m)}") for m in args.models}
-    pools = {name_of(m): await find(f"bulk-nll-{name_of(m)}")
+    nll = {m.served_name: await find(nll_deployment_name(m.served_name)) for m in args.models}
+    pools = {m.served_name: await find(pool_deployment_name(m.served_name))
              for m in args.models if m.bulk_pool is not None}
-    classifiers = {name_of(c): await find(f"nli-{name_of(c)}") for c in args.classifiers}
-    reranker = await find("rerank") if args.classifiers else None
+    classifiers = {c.served_name: await find(classifier_deployment_name(c.served_name))
+                   for c in args.classifiers}
+    reranker = await find(RerankDeployment.name) if args.classifiers else None
     return {"nll": nll, "classifiers": classifiers, "reranker": reranker,
             "nll_bulk_pools": pools}
 
