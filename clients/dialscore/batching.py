@@ -1,5 +1,8 @@
 """Sending a list in requests the service accepts: caps from its published limits, halving on a 413.
 
+``nll_many``'s items are planned into chunks by count and by JSON size (:func:`plan_chunks`),
+within the published limits (:func:`chunk_bounds`); other lists by count (:func:`chunked`).
+
 A list request (NLL ``items``, contradiction ``dialogues``, rerank ``candidates``) is sent in
 chunks of at most the deployment's published limit (:func:`cap`). When the limit is unknown (a
 deployment that publishes none) or smaller than the client thought, the service answers 413
@@ -20,6 +23,7 @@ threads (:func:`run_chunks`) or as tasks (:func:`arun_chunks`).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
@@ -27,9 +31,11 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any, Generic, TypeVar
 
 from dialscore.errors import APIStatusError, PayloadTooLargeError
+from dialscore.types import PublishedLimits
 
-__all__ = ["ChunkResults", "arun_chunks", "asend_halving", "cap", "chunked", "gather_all",
-           "halving", "run_chunks", "send_halving", "shift_param", "splittable"]
+__all__ = ["BODY_ENVELOPE_BYTES", "ChunkResults", "arun_chunks", "asend_halving", "cap",
+           "chunk_bounds", "chunked", "gather_all", "halving", "plan_chunks", "run_chunks",
+           "send_halving", "shift_param", "splittable"]
 
 log = logging.getLogger("dialscore.client")
 
@@ -220,3 +226,42 @@ def chunked(seq: Sequence[T], size: int) -> list[tuple[int, list[T]]]:
     if size < 1:
         raise ValueError("a chunk holds at least one element")
     return [(i, list(seq[i:i + size])) for i in range(0, len(seq), size)]
+
+
+#: Bytes of a POST /v1/nll body besides its items (model name, keys, brackets), kept free under
+#: the published max_body_bytes when chunks are planned by their items' JSON size.
+BODY_ENVELOPE_BYTES = 4096
+
+
+def chunk_bounds(limits: PublishedLimits | None, chunk_size: int, max_chunk_bytes: int | None
+                 ) -> tuple[int, int | None]:
+    """`chunk_size` and `max_chunk_bytes` capped at the deployment's published `limits` (items
+    at ``max_items``; bytes at ``max_body_bytes`` less :data:`BODY_ENVELOPE_BYTES`); unchanged
+    when it publishes none."""
+    if limits is None:
+        return chunk_size, max_chunk_bytes
+    if limits.max_body_bytes is not None:
+        room = max(1, limits.max_body_bytes - BODY_ENVELOPE_BYTES)
+        max_chunk_bytes = cap(max_chunk_bytes, room) if max_chunk_bytes else room
+    return cap(chunk_size, limits.max_items), max_chunk_bytes
+
+
+def plan_chunks(items: Sequence[dict[str, Any]], chunk_size: int,
+                max_chunk_bytes: int | None = None) -> list[tuple[int, list[dict[str, Any]]]]:
+    """Split items into ``(offset, chunk)`` runs of at most ``chunk_size`` items and (roughly, by
+    their JSON size) ``max_chunk_bytes``; an item bigger than the byte bound travels alone."""
+    if chunk_size < 1:
+        raise ValueError("chunk_size must be at least 1")
+    chunks: list[tuple[int, list[dict[str, Any]]]] = []
+    current: list[dict[str, Any]] = []
+    start, size = 0, 0
+    for i, item in enumerate(items):
+        n = len(json.dumps(item, ensure_ascii=False).encode()) + 1 if max_chunk_bytes else 0
+        if current and (len(current) >= chunk_size or (max_chunk_bytes and size + n > max_chunk_bytes)):
+            chunks.append((start, current))
+            current, start, size = [], i, 0
+        current.append(item)
+        size += n
+    if current:
+        chunks.append((start, current))
+    return chunks

@@ -12,13 +12,9 @@ import httpx
 import pytest
 
 from dialscore import errors
-from dialscore.client import (
-    AsyncDialscoreClient,
-    DialscoreClient,
-    RetryPolicy,
-    parse_retry_after,
-    plan_chunks,
-)
+from dialscore.batching import plan_chunks
+from dialscore.client import AsyncDialscoreClient, DialscoreClient, RetryPolicy
+from dialscore.retry_policy import parse_retry_after
 from dialscore.retry_budget import RetryBudget
 from dialscore.types import NLLItem, Turn
 from contract_fake import ContractFake, error
