@@ -27,7 +27,9 @@ from dialscore_server.scheduling.chunks import Chunk
 from dialscore_server.scheduling.device_gate import DeviceGate, GatedCalls
 from dialscore_server.scheduling.cpu_priority import CpuPriority
 from dialscore_server.scheduling.lanes import LanePolicy
-from dialscore_server.scheduling.serving import ChunkedServing, RunnerFactory, merged, one_at_a_time
+from dialscore_server.scheduling.serving import (
+    ChunkedServing, RunnerFactory, one_at_a_time, replica_schedule,
+)
 
 #: Default chunk size in NLI pairs (ServingOptions.chunk_pairs).
 CHUNK_PAIRS = 64
@@ -135,16 +137,11 @@ class ContradictionServing:
                      gate: DeviceGate | None = None) -> ContradictionServing:
         """The serving a classifier's replica runs (and a batch worker, the same): an engine
         call's budget of `options.max_batch_tokens` NLI pairs (at most :data:`MAX_BATCH_PAIRS`),
-        chunks merged by :func:`~dialscore_server.scheduling.serving.merged` under the options'
-        lane policy, an engine call at work beyond `options.engine_stall_s` failing the health
-        check, the engine thread at `options.engine_priority`; with `gate` (a replica's: its
-        device's), engine calls meet it as `options.yield_to_interactive_s` says."""
+        chunks of `options.chunk_pairs`, scheduled by
+        :func:`~dialscore_server.scheduling.serving.replica_schedule`."""
         budget = min(options.max_batch_tokens, MAX_BATCH_PAIRS)
         return cls(engine, max_batch_pairs=budget, chunk_pairs=options.chunk_pairs, model=model,
-                   runner=merged(budget, options.batch_wait_timeout_s),
-                   lanes=options.lane_policy(min(options.chunk_pairs, budget)),
-                   stall_s=options.engine_stall_s, priority=options.engine_priority,
-                   gate=options.gated_calls(gate))
+                   **replica_schedule(options, budget, options.chunk_pairs, gate))
 
     async def card(self) -> ModelCard:
         return self._card

@@ -35,7 +35,9 @@ from dialscore_server.scheduling.device_gate import DeviceGate, GatedCalls
 from dialscore_server.scheduling.cpu_priority import CpuPriority
 from dialscore_server.scheduling.lanes import LanePolicy
 from dialscore_server.scheduling.planner import BatchStats
-from dialscore_server.scheduling.serving import ChunkedServing, RunnerFactory, merged, one_at_a_time
+from dialscore_server.scheduling.serving import (
+    ChunkedServing, RunnerFactory, one_at_a_time, replica_schedule,
+)
 
 #: Default chunk size in computed positions (ServingOptions.chunk_tokens).
 CHUNK_TOKENS = 2048
@@ -212,17 +214,12 @@ class NLLServing:
     def from_options(cls, engine: NLLScorer, options: ServingOptions, model: str,
                      gate: DeviceGate | None = None) -> NLLServing:
         """The serving a model's replica runs (and a batch worker, the same): an engine call's
-        budget of `options.max_batch_tokens` (at most :data:`MAX_BATCH_TOKENS`), chunks merged
-        by :func:`~dialscore_server.scheduling.serving.merged` under the options' lane policy,
-        an engine call at work beyond `options.engine_stall_s` failing the health check, the
-        engine thread at `options.engine_priority`; with `gate` (a replica's: its device's),
-        engine calls meet it as `options.yield_to_interactive_s` says."""
+        budget of `options.max_batch_tokens` (at most :data:`MAX_BATCH_TOKENS`), chunks of
+        `options.chunk_tokens`, scheduled by
+        :func:`~dialscore_server.scheduling.serving.replica_schedule`."""
         budget = min(options.max_batch_tokens, MAX_BATCH_TOKENS)
         return cls(engine, max_batch_tokens=budget, chunk_tokens=options.chunk_tokens, model=model,
-                   runner=merged(budget, options.batch_wait_timeout_s),
-                   lanes=options.lane_policy(min(options.chunk_tokens, budget)),
-                   stall_s=options.engine_stall_s, priority=options.engine_priority,
-                   gate=options.gated_calls(gate))
+                   **replica_schedule(options, budget, options.chunk_tokens, gate))
 
     async def card(self) -> ModelCard:
         return self._card

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar
 
 from dialscore_server import metrics
 from dialscore_server.contract.errors import InputError, ServiceError
@@ -20,11 +20,14 @@ from dialscore_server.contract.reply import Reply
 from dialscore_server.scheduling.arrivals import Arrivals
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk, Outcome, Runner, take_turns
-from dialscore_server.scheduling.device_gate import GatedCalls
+from dialscore_server.scheduling.device_gate import DeviceGate, GatedCalls
 from dialscore_server.scheduling.cpu_priority import CpuPriority
 from dialscore_server.scheduling.engine_thread import EngineThread
 from dialscore_server.scheduling.lanes import EngineCall, LanePolicy, LaneQueue
 from dialscore_server.scheduling.ledger import WorkLedger
+
+if TYPE_CHECKING:
+    from dialscore_server.contract.options import ServingOptions
 
 C = TypeVar("C", bound=Chunk)
 V = TypeVar("V")
@@ -70,6 +73,31 @@ def merged(max_batch_size: int, batch_wait_timeout_s: float) -> RunnerFactory:
                          unit=unit, interactive_seen=interactive_seen)
 
     return make
+
+
+class Schedule(TypedDict):
+    """How a :class:`ChunkedServing` schedules its engine calls: its constructor's arguments of
+    the same names."""
+
+    runner: RunnerFactory
+    lanes: LanePolicy
+    stall_s: float | None
+    priority: CpuPriority
+    gate: GatedCalls | None
+
+
+def replica_schedule(options: ServingOptions, budget: int, chunk: int,
+                     gate: DeviceGate | None = None) -> Schedule:
+    """The schedule of a replica (or a batch worker) serving a model with `options`: engine
+    calls :func:`merged` up to `budget` (in chunk sizes: tokens or pairs), the options' lane
+    policy with chunks of `chunk` (at most `budget`: the default cap of the interactive lane),
+    an engine call at work beyond ``options.engine_stall_s`` failing the health check, the
+    engine thread at ``options.engine_priority``; with `gate` (a replica's: its device's),
+    engine calls meet it as ``options.yield_to_interactive_s`` says."""
+    return Schedule(runner=merged(budget, options.batch_wait_timeout_s),
+                    lanes=options.lane_policy(min(chunk, budget)),
+                    stall_s=options.engine_stall_s, priority=options.engine_priority,
+                    gate=options.gated_calls(gate))
 
 
 class BatchReport(Protocol):
