@@ -123,6 +123,13 @@ class InputError(ServiceError, ValueError):
         return out
 
 
+#: The errors a route that scores on a model may answer: a bad request or one over the limits, a
+#: model the deployment does not serve, the model's replicas overloaded, past the deadline, or
+#: failing.
+SCORING_ERRORS: tuple[ErrorType, ...] = ("invalid_request", "unknown_model", "payload_too_large",
+                                         "overloaded", "timeout", "model_error")
+
+
 def error_responses(*types: ErrorType) -> dict[int | str, dict]:
     """OpenAPI `responses=` entries for the given error types (documented statuses = real ones)."""
     out: dict[int | str, dict] = {}

@@ -5,7 +5,7 @@ No `from __future__ import annotations` here: FastAPI reads these annotations at
 
 from fastapi import APIRouter, Response
 
-from dialscore_server.contract.errors import error_responses
+from dialscore_server.contract.errors import SCORING_ERRORS, error_responses
 from dialscore_server.contract.priority import PriorityHeader, requested_lane
 from dialscore_server.contract.strict_json import strict_json_route
 from dialscore_server.contract.timing_headers import set_reply_timing
@@ -24,8 +24,7 @@ def build_router(gw: ClassifierBackend) -> APIRouter:
                  "(by id) whose pair probability exceeds `evidence_threshold`. Results keep the order "
                  "of `dialogues`.",
                  openapi_extra={"x-cost-limits": ["max_request_pairs", "max_id_chars", "max_evidence"]},
-                 responses=error_responses("invalid_request", "unknown_model", "payload_too_large",
-                                           "overloaded", "timeout", "model_error"))
+                 responses=error_responses(*SCORING_ERRORS))
     async def contradiction(body: ContradictionRequest, response: Response,
                             priority: PriorityHeader = None) -> ContradictionResponse:
         lane = requested_lane(priority, body.priority)

@@ -8,7 +8,7 @@ No `from __future__ import annotations` here: FastAPI reads these annotations at
 
 from fastapi import APIRouter, Response
 
-from dialscore_server.contract.errors import error_responses
+from dialscore_server.contract.errors import SCORING_ERRORS, error_responses
 from dialscore_server.contract.priority import PriorityHeader, requested_lane
 from dialscore_server.contract.strict_json import strict_json_route
 from dialscore_server.contract.timing_headers import set_reply_timing
@@ -26,8 +26,7 @@ def build_router(gw: NLLBackend) -> APIRouter:
                  description="`nll` is the mean over the target's tokens (nats per token); the "
                  "eos token is appended and scored when the model's format says so (`append_eos`). "
                  "Results keep the order of `items`.",
-                 responses=error_responses("invalid_request", "unknown_model", "payload_too_large",
-                                           "overloaded", "timeout", "model_error"))
+                 responses=error_responses(*SCORING_ERRORS))
     async def nll(body: NLLRequest, response: Response, priority: PriorityHeader = None
                   ) -> NLLResponse:
         lane = requested_lane(priority, body.priority)

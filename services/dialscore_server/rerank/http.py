@@ -7,7 +7,7 @@ from typing import Protocol
 
 from fastapi import Response
 
-from dialscore_server.contract.errors import error_responses
+from dialscore_server.contract.errors import SCORING_ERRORS, error_responses
 from dialscore_server.contract.priority import Lane
 from dialscore_server.contract.timing_headers import set_reply_timing
 from dialscore_server.contradiction.engine.pairing import Turn
@@ -15,8 +15,7 @@ from dialscore_server.rerank.engine.reranker import RerankOptions, RerankOutput,
 from dialscore_server.rerank.serving import RerankBackend, RerankCall
 
 #: The error responses every rerank route documents.
-ERRORS = error_responses("invalid_request", "unknown_model", "payload_too_large", "overloaded",
-                         "timeout", "model_error")
+ERRORS = error_responses(*SCORING_ERRORS)
 
 
 class QueryRequest(Protocol):

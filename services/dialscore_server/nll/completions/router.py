@@ -6,7 +6,7 @@ No `from __future__ import annotations` here: FastAPI reads these annotations at
 
 from fastapi import APIRouter, Response
 
-from dialscore_server.contract.errors import InputError, error_responses
+from dialscore_server.contract.errors import SCORING_ERRORS, InputError, error_responses
 from dialscore_server.contract.priority import PriorityHeader, requested_lane
 from dialscore_server.contract.strict_json import strict_json_route
 from dialscore_server.contract.timing_headers import set_reply_timing
@@ -28,8 +28,7 @@ def build_router(gw: NLLBackend) -> APIRouter:
                  "token); no text generation, streaming or sampling. Log-probs are natural logs "
                  "from the NLL engine's float32 log-softmax; the first prompt token's is null. "
                  "Unknown fields are ignored, as vLLM ignores them.",
-                 responses=error_responses("invalid_request", "unknown_model", "payload_too_large",
-                                           "overloaded", "timeout", "model_error"))
+                 responses=error_responses(*SCORING_ERRORS))
     async def completions(body: CompletionRequest, response: Response,
                           priority: PriorityHeader = None) -> CompletionResponse:
         lane = requested_lane(priority, body.priority)

@@ -6,7 +6,7 @@ No `from __future__ import annotations` here: FastAPI reads these annotations at
 
 from fastapi import APIRouter, Response
 
-from dialscore_server.contract.errors import ServiceError, error_responses
+from dialscore_server.contract.errors import SCORING_ERRORS, ServiceError, error_responses
 from dialscore_server.contract.priority import PriorityHeader, requested_lane
 from dialscore_server.contract.strict_json import strict_json_route
 from dialscore_server.contract.timing_headers import set_reply_timing
@@ -31,8 +31,7 @@ def build_router(gw: NLLBackend) -> APIRouter:
                  "`speaker`, or `score_turns`. Per dialogue, `nll` is the token-weighted mean "
                  "over the scored turns. Each scored turn counts as one item (`max_items`) and as "
                  "its item's tokens (`max_request_tokens`).",
-                 responses=error_responses("invalid_request", "unknown_model", "payload_too_large",
-                                           "overloaded", "timeout", "model_error"))
+                 responses=error_responses(*SCORING_ERRORS))
     async def nll_dialogues(body: NLLDialoguesRequest, response: Response,
                             priority: PriorityHeader = None) -> NLLDialoguesResponse:
         lane = requested_lane(priority, body.priority)
