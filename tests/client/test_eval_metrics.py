@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from dialscore.evals.decode import (DecodeDialogue, Prediction, average_ranks, decode_metrics, prf,
-                                  roc_auc)
+from dialscore.evals.decode import DecodeDialogue, Prediction
+from dialscore.evals.decode_metrics import decode_metrics
+from dialscore.evals.stats import average_ranks, prf, roc_auc
 from dialscore.types import Turn
 from dialscore.evals.mutual import (Ranking, evaluate_mutual, format_ranked, mutual_metrics,
                                   rank_options, write_ranked)

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from dialscore.evals.decode import (a2t_set, decode_metrics, dialogue_from_record, rct_set,
-                                  read_decode, Prediction)
+from dialscore.evals.decode import Prediction, dialogue_from_record, read_decode
+from dialscore.evals.decode_metrics import decode_metrics
+from dialscore.evals.decode_transforms import a2t_set, rct_set
 from dialscore.evals.mutual import (evaluate_mutual, parse_article, read_mutual, split_speaker,
                                   write_ranked)
 from shared_data import shared_file

@@ -11,7 +11,8 @@ import pytest
 
 from dialscore.client import AsyncDialscoreClient
 from dialscore.model_card import ModelCard
-from dialscore.evals.decode import Prediction, decode_metrics, read_decode
+from dialscore.evals.decode import Prediction, read_decode
+from dialscore.evals.decode_metrics import decode_metrics
 from dialscore.evals.robustness import KINDS, mean_share, synonym_replacements, variant_stats
 from dialscore.evals.runners.decode import arun_decode
 from dialscore.evals.runners.mutual import arun_mutual, run_mutual

@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from dialscore.evals.decode import (DecodeDialogue, NotApplicable, a2t, a2t_set, read_decode, rct,
-                                  rct_removed_ids, rct_set, write_decode)
+from dialscore.evals.decode import DecodeDialogue, read_decode, write_decode
+from dialscore.evals.decode_transforms import (NotApplicable, a2t, a2t_set, rct, rct_removed_ids,
+                                               rct_set)
 from dialscore.types import Turn
 
 
@@ -155,7 +156,8 @@ def test_request_body_for_the_service():
 
 
 def test_derived_sets_drop_dialogues_without_a_turn_of_the_last_speaker():
-    from dialscore.evals.decode import DecodeDialogue, rct_set
+    from dialscore.evals.decode import DecodeDialogue
+    from dialscore.evals.decode_transforms import rct_set
     from dialscore.types import Turn
 
     def d(ident, n):

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from dialscore.evals.decode import DecodeDialogue, Prediction, decode_metrics, read_decode
+from dialscore.evals.decode import DecodeDialogue, Prediction, read_decode
+from dialscore.evals.decode_metrics import decode_metrics
 from dialscore_server.contradiction.engine.classifier import (
     NLIPairClassifier, NoContradictionLabelError, find_contradiction_index,
 )

@@ -26,8 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dialscore.evals.decode import Prediction, prf, roc_auc
+from dialscore.evals.decode import Prediction
 from dialscore.evals.human_bot_log import MAX_AGREEMENT, HumanBotUtterance
+from dialscore.evals.stats import prf, roc_auc
 
 __all__ = ["AGREEMENT_GROUPS", "GROUPS", "MIN_BOT_UTTERANCES", "BotStats", "HumanBotMetrics",
            "group_of_agreement", "human_bot_metrics", "pearson"]

@@ -63,7 +63,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dialscore.evals.decode import DecodeDialogue, average_ranks, read_decode
+from dialscore.evals.decode import DecodeDialogue, read_decode
+from dialscore.evals.stats import average_ranks
 from dialscore.evals.linguistic import CONTENT_TAGS, LinguisticBackend, default_backend
 from dialscore.evals.mutual import MutualInstance, read_mutual
 from dialscore.types import Turn

@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dialscore.evals.decode import (
-    DecodeDialogue, DecodeMetrics, Prediction, a2t_set, decode_metrics, rct_set, read_decode,
-    side_by_side, write_decode,
-)
+from dialscore.evals.decode import DecodeDialogue, Prediction, read_decode, write_decode
+from dialscore.evals.decode_metrics import DecodeMetrics, decode_metrics, side_by_side
+from dialscore.evals.decode_transforms import a2t_set, rct_set
 from dialscore.evals.detector_kind import comparable_row
 from dialscore.evals.runners.detection_store import DurableDetection
 from dialscore.evals.runners.selection import first
