@@ -39,7 +39,7 @@ MIN_PASS_TOKENS = 256
 #: What one more forward pass costs beyond its positions, in positions: a length-sorted row that
 #: would add more padding than this to the pass being formed starts a new pass instead, however
 #: few real tokens the pass holds (:func:`pads_past_a_pass`). Measured effect:
-#: docs/benchmarks/lm-eval.md.
+#: docs/benchmarks/lm-eval.md#pass-limits.
 PASS_OVERHEAD_TOKENS = 32
 
 
@@ -57,9 +57,8 @@ class PassLimits:
 
 #: On CPU a pass costs little beyond its positions' arithmetic.
 CPU_PASS_LIMITS = PassLimits()
-#: On a CUDA device a pass's kernel launches cost as much as hundreds of positions' arithmetic: on
-#: lm-eval's MuTual requests at DialoGPT-medium's shapes on an H200, these limits ran 28 passes
-#: where the CPU's ran 72, in 1.28x less time (docs/benchmarks/lm-eval.md#pass-limits).
+#: On a CUDA device a pass's kernel launches cost as much as hundreds of positions' arithmetic, so
+#: fewer, more padded passes pay. Measured effect: docs/benchmarks/lm-eval.md#pass-limits.
 GPU_PASS_LIMITS = PassLimits(overhead_tokens=1024, max_waste=0.25)
 
 
