@@ -1,9 +1,10 @@
 """HTTP clients for the dialscore service: :class:`DialscoreClient` (sync) and
 :class:`AsyncDialscoreClient` (asyncio), with the same methods.
 
-Built like httpx's own ``Client``/``AsyncClient``: a shared base builds requests, decides about
-retries and parses responses into typed results (:mod:`dialscore.types`); the two subclasses only
-differ in how they send and sleep. Example::
+Built like httpx's own ``Client``/``AsyncClient``: what the two share is written once and
+without I/O (request bodies in :mod:`dialscore.request_bodies`, retry decisions in
+:mod:`dialscore.retrying`, the reading of responses into typed results and errors in
+:mod:`dialscore.responses`); the two clients only differ in how they send and sleep. Example::
 
     from dialscore.client import DialscoreClient
 
