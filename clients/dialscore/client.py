@@ -153,16 +153,26 @@ class _BaseClient:
             self.headers[PRIORITY_HEADER] = priority
         self.headers.update(headers or {})
         self.timeout = timeout
-        self.retry = retry or RetryPolicy()
+        policy = retry or RetryPolicy()
         # Default: about max_attempts failed attempts per concurrent slot before retries stop, so
         # one call keeps its max_attempts and a replica restart under full concurrency is ridden
         # out, while a client whose calls keep failing stops multiplying its traffic.
-        self.retry_budget = retry_budget if retry_budget is not None else RetryBudget(
-            max_tokens=float(2 * self.retry.max_attempts * max_concurrency), token_ratio=0.5)
-        self._retrier = Retrier(self.retry, self.retry_budget)
+        budget = retry_budget if retry_budget is not None else RetryBudget(
+            max_tokens=float(2 * policy.max_attempts * max_concurrency), token_ratio=0.5)
+        self._retrier = Retrier(policy, budget)
         self.max_concurrency = max_concurrency
         self._published_limits: PublishedLimits | None = None
         self._limits_fetched = False
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """The client's retry policy."""
+        return self._retrier.policy
+
+    @property
+    def retry_budget(self) -> RetryBudget:
+        """The retry budget every call of this client draws on (shared when it was given)."""
+        return self._retrier.budget
 
     def _nll_chunks(self, items: Sequence[ItemLike], chunk_size: int, max_chunk_bytes: int | None,
                     on_chunk: ChunkCallback | None
