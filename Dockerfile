@@ -1,6 +1,6 @@
 # The service image (CPU or GPU nodes). Built, started, probed and stopped by
 # tests/deploy/test_image.py wherever Podman runs (it skips, saying why, where it cannot), and
-# linted by hadolint (tests/deploy/test_dockerfile.py). docs/operating.md says how to build it.
+# linted by hadolint (tests/deploy/test_dockerfile.py). docs/operating/kuberay.md says how to build it.
 #
 # The base: BASE_IMAGE, by default the Ray image KubeRay users run (it has Ray's own Python, a
 # writable conda prefix and the user `ray`, uid 1000). Any base works that has `python` and `pip`

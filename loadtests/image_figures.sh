@@ -4,7 +4,7 @@
 #
 #   loadtests/image_figures.sh [EXTRA PODMAN BUILD ARGUMENTS...]
 #
-# e.g. the CPU torch and mirror settings of the machine (docs/operating.md, "The container
+# e.g. the CPU torch and mirror settings of the machine (docs/operating/kuberay.md, "The container
 # image"). Root, Podman, runc and mmdebstrap needed; run from the repository root. The cold
 # build is cold only when the stand-in base is new (its tag is the script's digest): remove that
 # tag first (podman rmi localhost/dialscore-standin-base:<tag>) to measure it.

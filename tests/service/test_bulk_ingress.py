@@ -94,7 +94,7 @@ def test_the_ingress_args_name_a_bad_priority():
 
 
 def test_the_documented_serve_config_builds_both_applications_args():
-    """operating.md#bulk-ingress: its YAML (one anchor for both applications' args) is what
+    """docs/operating/lanes.md#bulk-ingress: its YAML (one anchor for both applications' args) is what
     Serve would validate against AppArgs and BulkIngressArgs."""
     import re
     from pathlib import Path
@@ -103,7 +103,7 @@ def test_the_documented_serve_config_builds_both_applications_args():
 
     from dialscore_server.gateway.args import AppArgs
 
-    page = (Path(__file__).resolve().parents[2] / "docs" / "operating.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "operating" / "lanes.md").read_text()
     section = page[page.index("## A bulk ingress"):]
     config = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
     service, bulk = config["applications"]

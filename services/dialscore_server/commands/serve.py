@@ -2,7 +2,7 @@
 instance), until Ctrl-C or SIGTERM. Then it drains: new connections are refused, the requests in
 flight are answered (for at most --drain-s seconds), and only then does Serve stop; the exit
 status is 0. This is the command the container image runs outside a Ray cluster
-(docs/operating.md).
+(docs/operating/index.md).
 
     dialscore serve                                  the packaged deployments/local.yaml (stand-ins)
     dialscore serve --config my.yaml --port 8080     any Serve config's first application

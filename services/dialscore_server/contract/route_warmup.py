@@ -4,7 +4,7 @@ GCS is there to resolve them.
 A Serve handle resolves its route on its first call: it finds Serve's controller and each
 running replica of the deployment it calls, and their addresses, through the GCS. After that,
 calls go from worker to worker, and a route resolved once keeps working while the GCS is down
-(docs/operating.md, "Losing the head's GCS"); a route first used during such an outage waits
+(docs/operating/failures.md, "Losing the head's GCS"); a route first used during such an outage waits
 for the GCS instead. So the gateway and the rerank deployment call every model they route to
 once, each model's `card`, before they take requests: :func:`resolve_routes`.
 """
