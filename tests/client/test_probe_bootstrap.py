@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dialscore.probes.compare import compare_models
-from dialscore.probes.report import ScoredPair, bootstrap_ci, cluster_bootstrap_ci, summarize
+from dialscore.probes.metrics import ScoredPair, bootstrap_ci, cluster_bootstrap_ci, summarize
 
 
 def _pair(model, dialogue, k, correct):
@@ -61,7 +61,7 @@ def test_paired_comparison_on_shared_pairs():
 
 
 def test_tables_nest_category_then_dataset_with_pooled_last():
-    from dialscore.probes.report import format_tables
+    from dialscore.probes.tables import format_tables
 
     pairs = [_pair("m", f"d{d}", 0, True) for d in range(4)]
     pairs += [ScoredPair(**{**p.__dict__, "dataset": "E", "pair_id": p.pair_id + "e"}) for p in pairs]

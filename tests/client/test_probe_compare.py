@@ -14,7 +14,7 @@ from dialscore.cli import build_parser, main
 from dialscore.client import DialscoreClient
 from dialscore.probes.compare import compare_models, read_scored_pairs
 from dialscore.probes.data import Dialogue, Explanation, dump_dialogues
-from dialscore.probes.report import ScoredPair
+from dialscore.probes.metrics import ScoredPair
 from dialscore.probes.run import run_probes
 from contract_fake import ContractFake
 

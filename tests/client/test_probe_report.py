@@ -5,15 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dialscore.probes.corruptions import CATEGORY
-from dialscore.probes.report import (
-    Report,
-    ScoredPair,
-    accuracy,
-    bootstrap_ci,
-    format_tables,
-    mean_delta,
-    summarize,
-)
+from dialscore.probes.metrics import ScoredPair, accuracy, bootstrap_ci, mean_delta, summarize
+from dialscore.probes.report import Report
+from dialscore.probes.tables import format_tables
 
 
 def pair(valid: float, corrupted: float, *, model="m", setting="attribution", dataset="DailyDialog",

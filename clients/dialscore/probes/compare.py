@@ -2,7 +2,7 @@
 BART-base with BART-large, and models before and after fine-tuning).
 
 **Matching.** A pair of model A and a pair of model B are the same probe pair when their
-:attr:`~dialscore.probes.report.ScoredPair.probe_key` is equal: setting, dataset, dialogue id,
+:attr:`~dialscore.probes.metrics.ScoredPair.probe_key` is equal: setting, dataset, dialogue id,
 explanation index and corruption type (what identifies a probe pair whatever model scored it; the
 row's ``pair_id`` names the model too, so it never matches across models). Both rows of a matched
 pair must carry the same ``valid_text`` and ``corrupted_text`` (rows of one run always do: the
@@ -34,7 +34,8 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 from dialscore.probes.corruptions import ALL_TYPES
-from dialscore.probes.report import ScoredPair, sampling_note
+from dialscore.probes.metrics import ScoredPair
+from dialscore.probes.tables import sampling_note
 from dialscore.reporting.atomic import atomic_write_text
 from dialscore.reporting.rows import write_json
 from dialscore.reporting.tables import render_grid

@@ -57,7 +57,8 @@ from dialscore.probes.corruptions import (
     ALL_TYPES, CORRUPTIONS, CorruptedPair, CorruptionSet, corrupt_dialogues,
 )
 from dialscore.probes.data import Dialogue, load_dialogues
-from dialscore.probes.report import Report, ScoredPair, summarize, write_outputs
+from dialscore.probes.metrics import ScoredPair, summarize
+from dialscore.probes.report import Report, write_outputs
 from dialscore.reporting.envelope import Echo, RunEnvelope
 from dialscore.reporting.resume_store import ResumeStore, content_key
 from dialscore.reporting.progress import Bar, NoBar, progress_bar
