@@ -13,7 +13,8 @@ from dialscore.client import AsyncDialscoreClient
 from dialscore.model_card import ModelCard
 from dialscore.evals.decode import Prediction, read_decode
 from dialscore.evals.decode_metrics import decode_metrics
-from dialscore.evals.robustness import KINDS, mean_share, synonym_replacements, variant_stats
+from dialscore.evals.robustness import KINDS, mean_share, synonym_replacements
+from dialscore.evals.robustness_stats import variant_stats
 from dialscore.evals.runners.decode import arun_decode
 from dialscore.evals.runners.mutual import arun_mutual, run_mutual
 from dialscore.evals.runners.robustness import arun_robustness

@@ -11,10 +11,12 @@ import pytest
 
 from dialscore.evals.linguistic import BackendUnavailable, LinguisticBackend, WordNetFiles
 from dialscore.evals.robustness import (BACKEND_KINDS, CATEGORIES, GENERIC_REPLIES, KINDS,
-                                      NLTK_STOPWORDS, STOPWORDS_25, SynonymVariant,
-                                      items_from_decode, items_from_mutual, mean_share, mean_std,
-                                      mutual_style, pearson, perturb, perturb_all, spearman,
-                                      synonym_replacements, tokenize, variant_stats)
+                                      NLTK_STOPWORDS, STOPWORDS_25, SynonymVariant, mean_share,
+                                      mutual_style, perturb, perturb_all, synonym_replacements,
+                                      tokenize)
+from dialscore.evals.robustness_items import items_from_decode, items_from_mutual
+from dialscore.evals.robustness_stats import mean_std, variant_stats
+from dialscore.evals.stats import pearson, spearman
 from shared_data import shared_file
 
 

@@ -1,4 +1,4 @@
-"""The ADEM-style robustness battery: perturbed responses and per-variant statistics.
+"""The ADEM-style robustness battery's perturbations: the variants of a response.
 
 A scorer is given (context, response) and (context, variant) pairs; a good one keeps the score
 of slight variants, and drops unnatural and generic ones. The variants (`KINDS`, in report order):
@@ -30,7 +30,7 @@ them with single spaces. Modal verbs (MD) are not verbs for `nouns_pronouns_verb
 PRP$, WP and WP$; nouns NN, NNS, NNP and NNPS.
 
 A variant can be empty (a response made only of stopwords); scorers usually refuse empty text,
-so runners skip those pairs and `variant_stats` counts them as missing.
+so runners skip those pairs and `robustness_stats.variant_stats` counts them as missing.
 
 "Only nouns" is unnatural, not a simplification: the paper expects it to "ideally obtain low
 scores" (spec section 5), so it is reported with the variants that should lose score.
@@ -46,28 +46,19 @@ Determinism. `perturb(text, kind, rng)` consumes only the `random.Random` it is 
 other kinds or responses were generated. The linguistic backend (`dialscore.evals.linguistic`) is
 deterministic too.
 
-Statistics. Scores are "higher = better": pass NLLs negated. `variant_stats(original, variant)`
-reports the variant scores' mean and population standard deviation, the share within one
-standard deviation of their mean, Pearson and Spearman correlations with the original scores, and
-the share of pairs where the variant scored strictly higher than the original (ties are reported
-apart).
+The responses perturbed and their contexts are read by :mod:`dialscore.evals.robustness_items`;
+the scores of originals and variants are compared by :mod:`dialscore.evals.robustness_stats`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from dialscore.evals.decode import DecodeDialogue, read_decode
-from dialscore.evals.stats import average_ranks
 from dialscore.evals.linguistic import CONTENT_TAGS, LinguisticBackend, default_backend
-from dialscore.evals.mutual import MutualInstance, read_mutual
-from dialscore.types import Turn
 
 # The 25 most common stopwords, as listed by the ADEM re-evaluation (spec section 5).
 STOPWORDS_25: frozenset[str] = frozenset(
@@ -324,149 +315,3 @@ def mutual_style(text: str) -> str:
     t = re.sub(r"(\w)'(m|s|re|ve|ll|d)\b", r"\1 '\2", t)
     t = re.sub(r"([^\w\s'])", r" \1 ", t)
     return " ".join(t.split())
-
-
-# --- responses to perturb --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ResponseItem:
-    """A response to perturb and the context it answers."""
-
-    id: str
-    context: tuple[Turn, ...]
-    response: Turn
-
-
-def _sample(n_items: int, n: int | None, seed: int) -> list[int]:
-    if n is None or n >= n_items:
-        return list(range(n_items))
-    return sorted(random.Random(f"{seed}:sample").sample(range(n_items), n))
-
-
-def items_from_mutual(instances: Sequence[MutualInstance], n: int | None = None,
-                      seed: int = 0) -> list[ResponseItem]:
-    """The gold option of each labelled instance as the response (speaker marker removed), its
-    article turns as the context; `n` picks a seeded sample, kept in file order."""
-    labelled = [inst for inst in instances if inst.answer is not None]
-    return [ResponseItem(id=inst.id, context=inst.context, response=inst.option_turn(inst.answer))
-            for inst in (labelled[i] for i in _sample(len(labelled), n, seed))]
-
-
-def items_from_decode(dialogues: Sequence[DecodeDialogue], n: int | None = None,
-                      seed: int = 0) -> list[ResponseItem]:
-    """The last turn of each dialogue as the response, the earlier turns as the context."""
-    usable = [d for d in dialogues if len(d.turns) >= 2]
-    return [ResponseItem(id=d.id, context=d.turns[:-1], response=d.last)
-            for d in (usable[i] for i in _sample(len(usable), n, seed))]
-
-
-def corpus_of(path: Path) -> str:
-    """"mutual" or "decode", from the first record's fields (a folder is MuTual's official layout)."""
-    if path.is_dir():
-        return "mutual"
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                record = json.loads(line)
-                if "article" in record and "options" in record:
-                    return "mutual"
-                if "turns" in record:
-                    return "decode"
-                break
-    raise ValueError(f"{path}: neither MuTual (article, options) nor DECODE (turns) records")
-
-
-def read_response_items(path: str | Path, n: int | None = None, seed: int = 0,
-                        corpus: str = "auto") -> tuple[str, list[ResponseItem]]:
-    """The responses to perturb and the corpus they came from: MuTual gold options or DECODE last
-    turns (`corpus` "auto" tells them apart, see `corpus_of`), a seeded sample of `n`."""
-    source = Path(path)
-    kind = corpus_of(source) if corpus == "auto" else corpus
-    if kind == "mutual":
-        return kind, items_from_mutual(read_mutual(source), n=n, seed=seed)
-    if kind == "decode":
-        return kind, items_from_decode(read_decode(source), n=n, seed=seed)
-    raise ValueError(f"corpus must be auto, mutual or decode, got {corpus!r}")
-
-
-# --- statistics ------------------------------------------------------------------------------
-
-
-def _finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
-
-
-def mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
-    """Mean and population standard deviation (None for no values)."""
-    if not values:
-        return None, None
-    mean = math.fsum(values) / len(values)
-    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
-
-
-def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Pearson's r; None with fewer than two pairs or a constant side."""
-    if len(x) != len(y):
-        raise ValueError(f"{len(x)} vs {len(y)} values")
-    if len(x) < 2:
-        return None
-    mx, my = math.fsum(x) / len(x), math.fsum(y) / len(y)
-    sxy = math.fsum((a - mx) * (b - my) for a, b in zip(x, y))
-    sxx = math.fsum((a - mx) ** 2 for a in x)
-    syy = math.fsum((b - my) ** 2 for b in y)
-    if sxx == 0 or syy == 0:
-        return None
-    return max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Spearman's rho: Pearson's r of the mid-ranks (ties share their mean rank)."""
-    if len(x) != len(y):
-        raise ValueError(f"{len(x)} vs {len(y)} values")
-    return pearson(average_ranks(x), average_ranks(y)) if len(x) >= 2 else None
-
-
-@dataclass(frozen=True)
-class VariantStats:
-    """Statistics of one variant against the originals (higher score = better)."""
-
-    kind: str
-    category: str | None
-    n: int
-    n_missing: int
-    mean: float | None
-    std: float | None
-    within_1sd: float | None
-    original_mean: float | None
-    original_std: float | None
-    pearson: float | None
-    spearman: float | None
-    beat_share: float | None
-    tie_share: float | None
-
-    def as_row(self) -> dict[str, object]:
-        return dict(self.__dict__)
-
-
-def variant_stats(original: Sequence[float | None], variant: Sequence[float | None],
-                  kind: str = "") -> VariantStats:
-    """Compare variant scores with the originals, pair by pair. Pairs where either score is
-    None or not finite (an empty variant, a failed request) are left out and counted in
-    `n_missing`. Scores are higher = better (negate NLLs)."""
-    if len(original) != len(variant):
-        raise ValueError(f"{len(original)} original scores but {len(variant)} variant scores")
-    pairs = [(float(o), float(v)) for o, v in zip(original, variant) if _finite(o) and _finite(v)]
-    xs, ys = [o for o, _ in pairs], [v for _, v in pairs]
-    mean, std = mean_std(ys)
-    o_mean, o_std = mean_std(xs)
-    n = len(pairs)
-    return VariantStats(
-        kind=kind, category=CATEGORIES.get(kind), n=n, n_missing=len(original) - n,
-        mean=mean, std=std,
-        within_1sd=(sum(abs(v - mean) <= std for v in ys) / n) if n else None,
-        original_mean=o_mean, original_std=o_std,
-        pearson=pearson(xs, ys), spearman=spearman(xs, ys),
-        beat_share=(sum(v > o for o, v in pairs) / n) if n else None,
-        tie_share=(sum(v == o for o, v in pairs) / n) if n else None,
-    )

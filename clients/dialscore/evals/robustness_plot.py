@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-from dialscore.evals.robustness import VariantStats
+from dialscore.evals.robustness_stats import VariantStats
 from dialscore.reporting.plots import new_figure, save_png
 
 __all__ = ["plot_variants"]

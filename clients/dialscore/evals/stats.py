@@ -1,7 +1,9 @@
-"""Statistics of binary labels and of rankings, shared by the evaluations: precision, recall and
-F1 from counts (:func:`prf`), ROC AUC by mid-ranks (:func:`roc_auc`), and the mid-ranks
-themselves (:func:`average_ranks`, also the ranks of a Spearman correlation). A ratio whose
-denominator is zero is None rather than 0.
+"""Statistics of binary labels, of rankings and of paired scores, shared by the evaluations:
+precision, recall and F1 from counts (:func:`prf`), ROC AUC by mid-ranks (:func:`roc_auc`), the
+mid-ranks themselves (:func:`average_ranks`), and the correlations of two equal-length
+sequences (unequal lengths raise ValueError): Pearson's r (:func:`pearson`, clamped to [-1, 1])
+and Spearman's rho (:func:`spearman`, Pearson's r of the mid-ranks). A ratio whose denominator is
+zero is None rather than 0, and so is a correlation with fewer than two pairs or a constant side.
 """
 
 from __future__ import annotations
@@ -51,3 +53,25 @@ def average_ranks(values: Sequence[float]) -> list[float]:
             ranks[order[k]] = (i + j) / 2 + 1
         i = j + 1
     return ranks
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Pearson's r; None with fewer than two pairs or a constant side."""
+    if len(x) != len(y):
+        raise ValueError(f"{len(x)} vs {len(y)} values")
+    if len(x) < 2:
+        return None
+    mx, my = math.fsum(x) / len(x), math.fsum(y) / len(y)
+    sxy = math.fsum((a - mx) * (b - my) for a, b in zip(x, y))
+    sxx = math.fsum((a - mx) ** 2 for a in x)
+    syy = math.fsum((b - my) ** 2 for b in y)
+    if sxx == 0 or syy == 0:
+        return None
+    return max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Spearman's rho: Pearson's r of the mid-ranks (ties share their mean rank)."""
+    if len(x) != len(y):
+        raise ValueError(f"{len(x)} vs {len(y)} values")
+    return pearson(average_ranks(x), average_ranks(y)) if len(x) >= 2 else None

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dialscore.evals.robustness import (
-    CATEGORIES, KINDS, ResponseItem, SynonymVariant, VariantStats, mean_share, mutual_style,
-    perturb_all, read_response_items, synonym_replacements, variant_stats,
+    CATEGORIES, KINDS, SynonymVariant, mean_share, mutual_style, perturb_all, synonym_replacements,
 )
+from dialscore.evals.robustness_items import ResponseItem, read_response_items
+from dialscore.evals.robustness_stats import VariantStats, variant_stats
 from dialscore.evals.runners.score_store import durable_scorer
 from dialscore.evals.scorers import SCORERS, ReplyCandidates, file_tag, make_scorer
 from dialscore.evals.served import served_models
