@@ -21,17 +21,16 @@ A ratio with a zero denominator, and r with fewer than two kept bots or a consta
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dialscore.evals.decode import Prediction
 from dialscore.evals.human_bot_log import MAX_AGREEMENT, HumanBotUtterance
-from dialscore.evals.stats import prf, roc_auc
+from dialscore.evals.stats import pearson, prf, roc_auc
 
 __all__ = ["AGREEMENT_GROUPS", "GROUPS", "MIN_BOT_UTTERANCES", "BotStats", "HumanBotMetrics",
-           "group_of_agreement", "human_bot_metrics", "pearson"]
+           "group_of_agreement", "human_bot_metrics"]
 
 #: The paper keeps bots with at least this many utterances for the correlation (Figure 4).
 MIN_BOT_UTTERANCES = 180
@@ -128,13 +127,6 @@ class HumanBotMetrics:
                                f"{self.min_utterances} utterances: "
                                f"{sum(b.kept for b in self.per_bot)})", "value": self.pearson_r})
         return rows
-
-
-def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Pearson's r; None with fewer than two points or a constant axis."""
-    if len(xs) < 2 or len(set(xs)) < 2 or len(set(ys)) < 2:
-        return None
-    return statistics.correlation(xs, ys)
 
 
 def human_bot_metrics(utterances: Sequence[HumanBotUtterance], predictions: Sequence[Prediction],
