@@ -14,7 +14,8 @@ import httpx
 from dialscore.client import DialscoreClient, RetryPolicy
 from dialscore.probes import SAMPLE_DATA
 from dialscore.probes.data import load_dialogues
-from dialscore.probes.run import SCORES_FILE, plan_probes
+from dialscore.probes.plan import plan_probes
+from dialscore.probes.run import SCORES_FILE
 from waiting import InBackground
 
 #: Retries for a run that must outlive a failure: short backoff, Retry-After cut to 3 s, and

@@ -16,7 +16,7 @@ from dialscore import errors
 from dialscore.client import AsyncDialscoreClient, DialscoreClient, RetryPolicy
 from dialscore.model_card import ModelCard
 from dialscore.probes.data import Dialogue
-from dialscore.probes.run import format_choices, plan_probes
+from dialscore.probes.plan import format_choices, plan_probes
 
 DOCUMENT = contract().document
 EXCHANGES = contract().exchanges

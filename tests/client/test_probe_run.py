@@ -16,7 +16,8 @@ from dialscore.cli import main
 from dialscore.client import AsyncDialscoreClient, DialscoreClient, RetryPolicy
 from dialscore.errors import OverloadedError
 from dialscore.probes.data import Dialogue, dump_dialogues, load_dialogues
-from dialscore.probes.run import arun_probes, plan_probes, run_probes
+from dialscore.probes.plan import plan_probes
+from dialscore.probes.run import arun_probes, run_probes
 from contract_fake import FAKE_CARDS, ContractFake
 
 from dialscore.probes import SAMPLE_DATA as SAMPLE

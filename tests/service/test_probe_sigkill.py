@@ -19,7 +19,8 @@ import pytest
 from dialscore.client import DialscoreClient
 from dialscore.probes.data import load_dialogues
 from dialscore.probes.report import write_outputs
-from dialscore.probes.run import SCORES_FILE, ScoreStore, plan_probes
+from dialscore.probes.plan import plan_probes
+from dialscore.probes.run import SCORES_FILE, ScoreStore
 from waiting import wait_until
 
 pytestmark = pytest.mark.serve
