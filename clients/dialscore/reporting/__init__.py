@@ -13,6 +13,7 @@
     progress    progress bars when tqdm (the `reports` extra) is installed, silence otherwise
     plots       PNG figures when matplotlib (the `reports` extra) is installed
     html_page   one self-contained HTML page (styles, script, rows as JSON, plots inline)
+    page_assets the page's stylesheet and script (report.css, report.js), inlined by html_page
     html_runs   report.html of a run folder, built from the files its runs wrote
 
 Nothing here imports numpy, matplotlib or tqdm at module level.
