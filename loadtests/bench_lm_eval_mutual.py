@@ -9,7 +9,7 @@ Task: ``loadtests/lm_eval_tasks/mutual_dev`` (4 options per instance, so 4 log-l
 requests per instance), on ``../shared/data/mutual/dev.jsonl`` (`--data`). Model: the `small`
 benchmark checkpoint (the gpt2 stand-in re-initialised N(0, 0.3), window 512). `hf` gets
 ``max_length`` 510 and `local-completions` 512, which gives identical numbers for contexts longer
-than the window too (docs/api.md, "Long contexts"); `local-completions` sends token ids
+than the window too (docs/ecosystem.md, "Long contexts"); `local-completions` sends token ids
 (``tokenized_requests``, the checkpoint's own tokenizer), `--batch-size` prompts per request,
 `--concurrent` requests at once. One app serves both replicas (one CPU and every torch thread
 each, used one after the other: never both at work).

@@ -5,7 +5,7 @@ same log-likelihoods and is_greedy flags as lm-eval's own `hf` model (HFLM) on t
 checkpoint folder (the gpt2 stand-in re-initialised at std 0.3), whether it tokenizes with the
 checkpoint's tokenizer or with the service's (its remote tokenizer: GET /tokenizer_info, POST
 /tokenize, /detokenize, found by itself). Contexts longer than the window give the same numbers
-as HFLM with ``max_length`` two less than the one lm-eval's API model is given (docs/api.md);
+as HFLM with ``max_length`` two less than the one lm-eval's API model is given (docs/ecosystem.md);
 without ``max_length`` lm-eval assumes 2048 and the service refuses the prompt (422 naming it)."""
 
 from __future__ import annotations

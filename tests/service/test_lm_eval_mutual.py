@@ -6,7 +6,7 @@ the same checkpoint folder (the gpt2 stand-in re-initialised at std 0.3), to 1e-
 The first DOCS instances, 4 options each; the window is the stand-in's position table (512
 tokens), which about a quarter of them exceed. With token ids (``tokenized_requests``, lm-eval's
 default), `local-completions` with ``max_length`` = the window and `hf` with two less keep the
-same last tokens, so every sample is equal, those over the window too (docs/api.md, "Long
+same last tokens, so every sample is equal, those over the window too (docs/ecosystem.md, "Long
 contexts"). With text prompts the samples that fit are equal; a cut one is decoded and tokenized
 again, which need not give the same ids, so it is not compared. The wall-time comparison is
 loadtests/bench_lm_eval_mutual.py's (docs/benchmarks/lm-eval.md)."""

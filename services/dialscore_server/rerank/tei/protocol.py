@@ -9,7 +9,7 @@ non-blank lines is a 422 naming ``query`` (nothing to contradict). Candidates ar
 contradiction only, with the default weights, so the order equals POST /v1/rerank's for the same
 turns. ``score`` is ``1 - contradiction_probability`` (in [0, 1], higher = more consistent).
 
-Where this differs from TEI (documented in docs/api.md):
+Where this differs from TEI (documented in docs/ecosystem.md):
 
 * ``raw_scores: true`` asks TEI for the classifier's logits; the detector exposes probabilities
   only, so it is refused (422 naming ``raw_scores``) rather than answered with something else.
