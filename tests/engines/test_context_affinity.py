@@ -15,9 +15,10 @@ from ray.serve.request_router import PendingRequest, ReplicaID
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.nll.completions.serving import CompletionCall
 from dialscore_server.nll.engine.encoding import NLLItem
+from dialscore_server.nll.affinity import (
+    HEAD_CHARS, HEAD_TOKEN_IDS, NLLAffinityRouter, context_head, routing_options)
 from dialscore_server.scheduling.context_affinity import (
-    HEAD_CHARS, HEAD_TOKEN_IDS, MAX_OWNER_QUEUE, ContextAffinityRouter, HeldRequests, affinity_key,
-    context_head, owner_of, owner_is_busy)
+    MAX_OWNER_QUEUE, HeldRequests, affinity_key, owner_of, owner_is_busy)
 
 #: A session's opening turns, longer together than HEAD_CHARS.
 OPENING = ("Hello! I have been thinking about getting a dog for a while now, but my flat is small.",
@@ -30,8 +31,13 @@ def score_args(*items: NLLItem) -> tuple[list, dict]:
     return [list(items), False, "interactive"], {}
 
 
+def key(args: list, kwargs: dict) -> bytes | None:
+    """The affinity key of an NLL deployment call."""
+    return affinity_key(context_head(args, kwargs))
+
+
 def key_of(item: NLLItem) -> bytes | None:
-    return affinity_key(*score_args(item))
+    return key(*score_args(item))
 
 
 def completion(*prompts: str | list[int]) -> CompletionCall:
@@ -45,7 +51,7 @@ def test_the_key_ignores_the_target_and_items_after_the_first():
     b = NLLItem(target="a cat", context=OPENING)
     other = NLLItem(target="x", context=("something else entirely",))
     assert key_of(a) == key_of(b) is not None
-    assert affinity_key(*score_args(a, other)) == key_of(a)
+    assert key(*score_args(a, other)) == key_of(a)
 
 
 def test_a_growing_context_keeps_its_key_once_its_head_is_full():
@@ -76,9 +82,9 @@ def test_no_context_no_key():
     assert key_of(NLLItem(target="t")) is None
     assert key_of(NLLItem(target="t", context=())) is None
     assert key_of(NLLItem(target="t", source="")) is None
-    assert affinity_key([[], False, "interactive"], {}) is None
-    assert affinity_key([], {}) is None  # card()
-    assert affinity_key([SimpleNamespace(texts=["a"])], {}) is None  # tokenizer(call)
+    assert key([[], False, "interactive"], {}) is None
+    assert key([], {}) is None  # card()
+    assert key([SimpleNamespace(texts=["a"])], {}) is None  # tokenizer(call)
 
 
 def test_the_key_is_stable_across_processes():
@@ -89,13 +95,13 @@ def test_the_key_is_stable_across_processes():
 
 def test_completions_key_on_their_first_prompt():
     prompt = "\n".join(OPENING)
-    assert affinity_key([completion(prompt + " A dog.", "unrelated"), "interactive"], {}) == \
-        affinity_key([completion(prompt + " A cat."), "interactive"], {}) is not None
+    assert key([completion(prompt + " A dog.", "unrelated"), "interactive"], {}) == \
+        key([completion(prompt + " A cat."), "interactive"], {}) is not None
     ids = list(range(100))
-    assert affinity_key([completion(ids)], {}) == affinity_key([completion(ids[:HEAD_TOKEN_IDS] + [7])], {})
-    assert affinity_key([completion(ids)], {}) != affinity_key([completion(ids[1:])], {})
-    assert affinity_key([completion("")], {}) is None
-    assert affinity_key([], {"call": completion(prompt)}) == affinity_key([completion(prompt)], {})
+    assert key([completion(ids)], {}) == key([completion(ids[:HEAD_TOKEN_IDS] + [7])], {})
+    assert key([completion(ids)], {}) != key([completion(ids[1:])], {})
+    assert key([completion("")], {}) is None
+    assert key([], {"call": completion(prompt)}) == key([completion(prompt)], {})
 
 
 # ------------------------------------------------------------------------------- rendezvous
@@ -182,7 +188,7 @@ def route(replicas: list[StandInReplica], args: list, max_owner_queue: int = 2,
     requests to the replicas that are still running there (Serve's hooks, which also count
     them in the cache), and a probe then answered the lengths `cached` (into its cache)."""
     async def run():
-        router = ContextAffinityRouter(deployment_id=DEPLOYMENT, handle_source=SimpleNamespace(value="test"),
+        router = NLLAffinityRouter(deployment_id=DEPLOYMENT, handle_source=SimpleNamespace(value="test"),
                                        use_replica_queue_len_cache=True)
         router.initialize_state(max_owner_queue=max_owner_queue)
         router.queue_len_response_deadline_s = 0.05
@@ -204,7 +210,7 @@ def route(replicas: list[StandInReplica], args: list, max_owner_queue: int = 2,
 
 ARGS = score_args(NLLItem(target="t", context=OPENING))[0]
 IDS = ["a", "b", "c"]
-OWNER = owner_of(affinity_key(ARGS, {}), IDS)
+OWNER = owner_of(key(ARGS, {}), IDS)
 OTHERS = set(IDS) - {OWNER}
 
 
@@ -281,6 +287,18 @@ def test_a_lone_replica_takes_everything():
 
 @pytest.mark.parametrize("bound", [-1])
 def test_a_negative_bound_is_refused(bound):
-    router = ContextAffinityRouter(deployment_id=DEPLOYMENT, handle_source=SimpleNamespace(value="test"))
+    router = NLLAffinityRouter(deployment_id=DEPLOYMENT, handle_source=SimpleNamespace(value="test"))
     with pytest.raises(ValueError, match="max_owner_queue"):
         router.initialize_state(max_owner_queue=bound)
+
+
+def test_nll_deployments_route_with_the_nll_router_only_when_asked():
+    """serving.affinity_routing installs NLLAffinityRouter, with the owner's bound, in the NLL
+    deployment's options; off, Serve's default router (no request_router_config)."""
+    config = routing_options(ServingOptions(affinity_max_owner_queue=3))["request_router_config"]
+    # Serve keeps the class as its import path, which every caller's handle imports.
+    assert config.request_router_class == \
+        f"{NLLAffinityRouter.__module__}.{NLLAffinityRouter.__qualname__}"
+    assert NLLAffinityRouter.__module__ == "dialscore_server.nll.affinity"
+    assert config.request_router_kwargs == {"max_owner_queue": 3}
+    assert routing_options(ServingOptions(affinity_routing=False)) == {}

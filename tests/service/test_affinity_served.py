@@ -42,7 +42,7 @@ TURNS = 4
 def opening(session: int) -> list[str]:
     """A session's first turns, distinct from their first line on and longer than the key's head
     (HEAD_CHARS), so that every request of the session has the same key."""
-    from dialscore_server.scheduling.context_affinity import HEAD_CHARS
+    from dialscore_server.nll.affinity import HEAD_CHARS
 
     turns = [f"Session {session}: I have been thinking about getting a dog for a while now, but "
              "my flat is rather small and has no garden.",

@@ -22,9 +22,9 @@ from dialscore_server.gateway.deployment import Gateway
 from dialscore_server.gateway.deployment_names import (
     classifier_deployment_name, nll_deployment_name, pool_deployment_name,
 )
+from dialscore_server.nll.affinity import routing_options
 from dialscore_server.nll.deployment import NLLDeployment
 from dialscore_server.rerank.deployment import RerankDeployment
-from dialscore_server.scheduling.context_affinity import router_config
 
 
 def build_app(args: AppArgs) -> serve.Application:
@@ -66,7 +66,7 @@ def gateway_options(args: AppArgs) -> dict[str, Any]:
 
 def nll_deployment(name: str, cfg: ModelConfig, opts: ServingOptions) -> serve.Application:
     """The NLL deployment `name` serving `cfg` with `opts` (a model's own, or its bulk pool)."""
-    return NLLDeployment.options(**serve_options(name, opts), **nll_routing(opts)).bind(
+    return NLLDeployment.options(**serve_options(name, opts), **routing_options(opts)).bind(
         cfg.model_dump(), opts.model_dump())
 
 
@@ -83,11 +83,3 @@ def serve_options(name: str, opts: ServingOptions) -> dict[str, Any]:
     else:
         options["num_replicas"] = opts.num_replicas
     return options
-
-
-def nll_routing(opts: ServingOptions) -> dict[str, Any]:
-    """Serve deployment options that route an NLL deployment's requests: the context-affinity
-    router where `opts.affinity_routing` is on, else none (Serve's default router)."""
-    if not opts.affinity_routing:
-        return {}
-    return {"request_router_config": router_config(opts.affinity_max_owner_queue)}

@@ -26,7 +26,8 @@ work began more than ``stall_s`` ago), so the engine is only ever called from th
 
 Which replica a request reaches is decided before all this, in the caller's Serve handle:
 :mod:`.context_affinity` is a Serve request router that sends requests whose contexts start alike
-to the same NLL replica.
+to the same replica; the endpoint says what a request's context is (the NLL deployments':
+:mod:`dialscore_server.nll.affinity`).
 
 Nothing here imports Ray or torch at module import but :mod:`.context_affinity` (it subclasses
 Serve's router, and runs in the callers, not in the replica); endpoints supply only ``admit`` and

@@ -1,6 +1,8 @@
-"""Context-affinity routing of NLL requests: a Ray Serve request router that sends requests whose
-contexts start alike to the same replica, so that the replica's context cache (key/value states of
-the token prefixes it computed recently) serves them.
+"""Context-affinity routing: a Ray Serve request router that sends requests whose contexts start
+alike to the same replica, so that the replica's context cache (key/value states of the token
+prefixes it computed recently) serves them. What a request's context is, is the endpoint's: a
+subclass supplies :meth:`ContextAffinityRouter.context_head` (the NLL deployments':
+:class:`dialscore_server.nll.affinity.NLLAffinityRouter`).
 
 It plugs in through Serve's public extension point (``ray.serve.request_router``), as
 ``ray.serve.llm``'s prefix-aware router does: a deployment names the router class in its
@@ -9,11 +11,11 @@ gateway's, the reranker's) routes with its own instance of it, in the caller's p
 
 For each request:
 
-1. :func:`affinity_key` hashes the *head* of the request's context: its first
-   :data:`HEAD_CHARS` characters (token-id prompts: first :data:`HEAD_TOKEN_IDS` ids). A chat
-   session whose context grows by a turn each request keeps its key once its context is that
-   long, and so do lm-eval's requests that share one context. A request with no context has no
-   key and goes to the least-loaded replica (power of two choices, as Serve's default router).
+1. :func:`affinity_key` hashes the *head* of the request's context, the first characters of it
+   that the subclass's ``context_head`` returns. A chat session whose context grows by a turn
+   each request keeps its key once its context is longer than the head, and so do lm-eval's
+   requests that share one context. A request with no context has no key and goes to the
+   least-loaded replica (power of two choices, as Serve's default router).
 2. :func:`owner_of` picks the key's *owner* among the live replicas by rendezvous
    (highest-random-weight) hashing: adding or removing a replica moves only the keys it gains or
    held, and a dead replica's keys spread over the others (it loses only its cache).
@@ -41,60 +43,17 @@ from ray.serve.config import RequestRouterConfig
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from dialscore_server import compat
-from dialscore_server.nll.completions.serving import CompletionCall
-from dialscore_server.nll.engine.encoding import NLLItem
 
-#: Characters of a context's head that make its key. Long enough to tell sessions apart (about 50
-#: to 60 tokens of text: more than a shared greeting or a one-line instruction), short enough that
-#: a session's context reaches it within a turn or two: until then its key changes as it grows, but
-#: a context that short costs little to recompute, so the cache has little to lose there.
-HEAD_CHARS = 256
-#: Token ids of a token-id prompt's head that make its key: about :data:`HEAD_CHARS` characters.
-HEAD_TOKEN_IDS = 64
 #: Default of ``max_owner_queue``: requests the owner may hold (running or queued) and still be
 #: given one more. Each engine call of a replica serves one chunk of every request it holds, so a
 #: request joining an owner that holds more than this waits for that many chunks of others' work
 #: before its own is done: longer than recomputing a context of a few hundred tokens elsewhere.
 MAX_OWNER_QUEUE = 8
-#: Separates a context's knowledge sentence and turns in the text whose head is hashed (turns
-#: rarely contain it, so ``("a b",)`` and ``("a", "b")`` get different keys).
-TURN_SEPARATOR = "\n"
 
 
-def context_head(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
-    """The head of the context of an NLL deployment call with positional `args` and keyword
-    `kwargs`, or None where it has no context.
-
-    ``score(items, ...)``: the first item's knowledge sentence and turns, in that order, joined
-    by :data:`TURN_SEPARATOR`, or its raw `source`; ``complete(call, ...)``: the call's first
-    prompt (token ids written as ``"ids:1,2,..."``, at most :data:`HEAD_TOKEN_IDS` of them). The
-    result is cut to :data:`HEAD_CHARS` characters. The target is never part of it: requests that
-    score different continuations of one context share the head. A call to another method
-    (``card``, ``tokenizer``), an empty item list, an item with no context, knowledge or source,
-    or an empty prompt: None.
-    """
-    first = args[0] if args else (kwargs.get("items") or kwargs.get("call"))
-    text = ""
-    if isinstance(first, CompletionCall):
-        prompt = first.prompts[0] if first.prompts else ""
-        if isinstance(prompt, str):
-            text = prompt
-        elif prompt:
-            text = "ids:" + ",".join(str(i) for i in prompt[:HEAD_TOKEN_IDS])
-    elif isinstance(first, Sequence) and first and isinstance(first[0], NLLItem):
-        item = first[0]
-        if item.source is not None:
-            text = item.source
-        else:
-            parts = ([item.knowledge] if item.knowledge else []) + list(item.context or ())
-            text = TURN_SEPARATOR.join(parts)
-    return text[:HEAD_CHARS] or None
-
-
-def affinity_key(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bytes | None:
-    """A stable 16-byte key of the request's :func:`context_head` (BLAKE2b: the same in every
-    process and across restarts, unlike Python's salted ``hash``), or None where it has none."""
-    head = context_head(args, kwargs)
+def affinity_key(head: str | None) -> bytes | None:
+    """A stable 16-byte key of a context's `head` (BLAKE2b: the same in every process and across
+    restarts, unlike Python's salted ``hash``), or None for no head."""
     return None if head is None else hashlib.blake2b(head.encode("utf-8"), digest_size=16).digest()
 
 
@@ -165,6 +124,7 @@ class HeldRequests:
 class ContextAffinityRouter(RequestRouter):
     """Routes each request to the owner of its context's key, unless the owner is busy (see the
     module's docstring); requests without a key go to the less loaded of two random replicas.
+    A subclass supplies :meth:`context_head`.
 
     Router kwarg (``request_router_kwargs``): ``max_owner_queue`` (default
     :data:`MAX_OWNER_QUEUE`, at least 0). Without Serve's FIFO mixin: a replica chosen for a
@@ -184,6 +144,11 @@ class ContextAffinityRouter(RequestRouter):
             raise ValueError(f"max_owner_queue must be at least 0, not {max_owner_queue}")
         self.max_owner_queue = max_owner_queue
 
+    def context_head(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+        """The head of the context of a deployment call with positional `args` and keyword
+        `kwargs` (what makes its key), or None where it has no context."""
+        raise NotImplementedError
+
     async def choose_replicas(self, candidate_replicas: list[RunningReplica],
                               pending_request: PendingRequest | None = None
                               ) -> list[list[RunningReplica]]:
@@ -194,7 +159,7 @@ class ContextAffinityRouter(RequestRouter):
             compat.request_backoff(pending_request)  # every replica full: retry after a backoff
         if not candidate_replicas:
             return []
-        key = (affinity_key(pending_request.args, pending_request.kwargs)
+        key = (affinity_key(self.context_head(pending_request.args, pending_request.kwargs))
                if pending_request is not None else None)
         if key is None:
             return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
@@ -238,7 +203,9 @@ class ContextAffinityRouter(RequestRouter):
         return max(known, self.held.count(replica.replica_id))
 
 
-def router_config(max_owner_queue: int = MAX_OWNER_QUEUE) -> RequestRouterConfig:
-    """The ``request_router_config`` of a deployment routed by :class:`ContextAffinityRouter`."""
-    return RequestRouterConfig(request_router_class=ContextAffinityRouter,
+def router_config(router: type[ContextAffinityRouter],
+                  max_owner_queue: int = MAX_OWNER_QUEUE) -> RequestRouterConfig:
+    """The ``request_router_config`` of a deployment routed by `router`, a subclass of
+    :class:`ContextAffinityRouter`."""
+    return RequestRouterConfig(request_router_class=router,
                                request_router_kwargs={"max_owner_queue": max_owner_queue})
