@@ -24,6 +24,7 @@ from dialscore_server.nll.serving import NLLServing
 from dialscore_server.scheduling.device_gate import (
     POLL_S, DeviceGate, GatedCalls, _lock_request, device_key,
 )
+from dialscore_server.scheduling.serving import gated_calls
 from driven_time import DrivenTime
 from fake_api import FakeNLLEngine
 from test_fair_chunks import GatedDetector, dialogue
@@ -158,9 +159,9 @@ def test_a_yielding_replica_computes_only_once_the_interactive_call_ends(tmp_pat
 
 def test_options_make_no_gate_without_a_device_gate_and_yield_only_when_set(tmp_path):
     gate = DeviceGate("cpu", str(tmp_path))
-    assert ServingOptions(yield_to_interactive_s=1).gated_calls(None) is None
-    assert ServingOptions().gated_calls(gate).yield_s is None
-    calls = ServingOptions(yield_to_interactive_s=0.5).gated_calls(gate)
+    assert gated_calls(ServingOptions(yield_to_interactive_s=1), None) is None
+    assert gated_calls(ServingOptions(), gate).yield_s is None
+    calls = gated_calls(ServingOptions(yield_to_interactive_s=0.5), gate)
     assert isinstance(calls, GatedCalls) and calls.yield_s == 0.5
     with pytest.raises(ValueError, match="yield_to_interactive_s"):
         ServingOptions(yield_to_interactive_s=0)

@@ -17,6 +17,7 @@ from dialscore_server.contradiction.engine.pairing import DetectionJob, Turn
 from dialscore_server.contradiction.serving import ContradictionServing
 from dialscore_server.scheduling.chunks import Chunk, Outcome
 from dialscore_server.scheduling.lanes import LanePolicy, LaneQueue
+from dialscore_server.scheduling.serving import lane_policy
 from merging_runner import until
 from test_fair_chunks import GatedDetector, dialogue
 
@@ -325,8 +326,8 @@ def test_a_serving_puts_a_request_over_one_chunk_in_the_bulk_lane_whatever_it_as
 def test_the_operators_hold_reaches_the_lane_policy_and_a_negative_one_is_refused():
     """The replica's options carry bulk_max_batch_hold_s (default 2 s, null: always) into its
     lane policy; a negative hold is refused naming the field."""
-    assert ServingOptions(bulk_max_batch=512).lane_policy(2048).bulk_max_batch_hold_s == 2.0
-    always = ServingOptions(bulk_max_batch=512, bulk_max_batch_hold_s=None).lane_policy(2048)
+    assert lane_policy(ServingOptions(bulk_max_batch=512), 2048).bulk_max_batch_hold_s == 2.0
+    always = lane_policy(ServingOptions(bulk_max_batch=512, bulk_max_batch_hold_s=None), 2048)
     assert always.bulk_max_batch_hold_s is None and always.bulk_max_batch == 512
     with pytest.raises(ValidationError, match="bulk_max_batch_hold_s"):
         ServingOptions(bulk_max_batch_hold_s=-1.0)

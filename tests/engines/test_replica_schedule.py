@@ -10,7 +10,7 @@ from dialscore_server.contradiction.serving import ContradictionServing
 from dialscore_server.nll.serving import NLLServing
 from dialscore_server.scheduling.device_gate import DeviceGate
 from dialscore_server.scheduling.lanes import LaneQueue
-from dialscore_server.scheduling.serving import replica_schedule
+from dialscore_server.scheduling.serving import lane_policy, replica_schedule
 from fake_api import FakeNLLEngine
 from test_fair_chunks import GatedDetector
 
@@ -22,7 +22,7 @@ OPTIONS = ServingOptions(max_batch_tokens=300, chunk_tokens=700, chunk_pairs=50,
 def test_the_schedule_is_the_options_with_the_interactive_cap_cut_to_the_budget(tmp_path):
     gate = DeviceGate("cpu", str(tmp_path))
     schedule = replica_schedule(OPTIONS, budget=300, chunk=700, gate=gate)
-    assert schedule["lanes"] == OPTIONS.lane_policy(300)
+    assert schedule["lanes"] == lane_policy(OPTIONS, 300)
     assert schedule["lanes"].interactive_max_cost == 300 and schedule["lanes"].bulk_every == 3
     assert schedule["stall_s"] == 9 and schedule["priority"] == "low"
     assert schedule["gate"] is not None and schedule["gate"].yield_s == 0.5
@@ -39,8 +39,8 @@ def test_both_endpoints_serve_with_that_schedule(tmp_path):
     classifier = ContradictionServing.from_options(detector, OPTIONS, "fake-nli", gate=gate)
     assert nll.max_batch_tokens == 300 and nll.chunk_tokens == 300
     assert classifier.chunk_pairs == 50
-    assert nll.chunks.lanes == OPTIONS.lane_policy(300)
-    assert classifier.chunks.lanes == OPTIONS.lane_policy(50)
+    assert nll.chunks.lanes == lane_policy(OPTIONS, 300)
+    assert classifier.chunks.lanes == lane_policy(OPTIONS, 50)
     for serving in (nll.chunks, classifier.chunks):
         assert serving.stall_s == 9 and serving.gate is not None and serving.gate.yield_s == 0.5
         assert serving.runner.max_batch_size == 300

@@ -9,7 +9,6 @@ from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.contract.engine import engine_class
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.heap import freeze_loaded_heap
-from dialscore_server.scheduling.device_gate import DeviceGate, device_gate
 
 
 class ModelDeployment:
@@ -37,11 +36,6 @@ class ModelDeployment:
         self.engine = engine_class(self.options.engine, self.default_engine).from_options(
             self.config, self.options)
         freeze_loaded_heap()
-
-    def device_gate(self) -> DeviceGate:
-        """The gate of the engine's device on this node
-        (:mod:`~dialscore_server.scheduling.device_gate`), for the serving's engine calls."""
-        return device_gate(self.engine.card().device)
 
     async def card(self) -> ModelCard:
         """The model's card (GET /v1/models, every response's provenance)."""

@@ -6,9 +6,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dialscore_server.scheduling.device_gate import DeviceGate, GatedCalls
-from dialscore_server.scheduling.cpu_priority import CpuPriority
-from dialscore_server.scheduling.lanes import BULK_EVERY, LanePolicy
+#: A CPU priority (``engine_priority``, ``ingress_priority``; applied by
+#: :mod:`dialscore_server.scheduling.cpu_priority`). ``normal``: the process's own (Ray starts
+#: workers at nice 15). ``low``: nice 19, the lowest a nice value goes. ``idle``: Linux's
+#: ``SCHED_IDLE`` policy, below every nice value (a weight of 3 against nice 0's 1024 and nice
+#: 19's 15).
+CpuPriority = Literal["normal", "low", "idle"]
+
+#: Default of ``bulk_every``: while both lanes wait, one engine call in this many starts with
+#: the oldest bulk chunk (:class:`dialscore_server.scheduling.lanes.LanePolicy`).
+BULK_EVERY = 4
 
 
 class ServingOptions(BaseModel):
@@ -174,18 +181,3 @@ class ServingOptions(BaseModel):
         "processes of the node or pod; services/dialscore_server/scheduling/device_gate.py). "
         "Works on GPUs too, where CPU priority (`engine_priority`) does nothing. null: never "
         "wait.")
-
-    def gated_calls(self, gate: DeviceGate | None) -> GatedCalls | None:
-        """How this model's engine calls meet `gate`, its device's gate on the replica's node
-        (None, as in a batch worker or in-process: no gate): yielding for at most
-        `yield_to_interactive_s` when that is set, else holding it while interactive requests
-        are in the replica."""
-        return None if gate is None else GatedCalls(gate, self.yield_to_interactive_s)
-
-    def lane_policy(self, chunk: int) -> LanePolicy:
-        """The priority-lane policy of this model's replicas, where `chunk` is the size of its
-        chunks (the default cap of the interactive lane)."""
-        cap = self.interactive_max_cost if self.interactive_max_cost is not None else chunk
-        return LanePolicy(enabled=self.priority_lanes, bulk_every=self.bulk_every,
-                          interactive_max_cost=cap, bulk_max_batch=self.bulk_max_batch,
-                          bulk_max_batch_hold_s=self.bulk_max_batch_hold_s)

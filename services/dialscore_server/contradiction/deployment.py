@@ -26,6 +26,7 @@ from dialscore_server.contract.reply import Reply
 from dialscore_server.contradiction.engine.engine import ContradictionDetector
 from dialscore_server.contradiction.engine.pairing import DetectionJob, DetectionResult
 from dialscore_server.contradiction.serving import ContradictionServing
+from dialscore_server.scheduling.device_gate import device_gate
 from dialscore_server.contract.priority import Lane
 
 
@@ -39,7 +40,7 @@ class ContradictionDeployment(ModelDeployment):
                  options: ServingOptions | dict[str, Any] | None = None):
         super().__init__(config, options)
         self.serving = ContradictionServing.from_options(self.engine, self.options,
-                                                         self.config.name, gate=self.device_gate())
+                                                         self.config.name, gate=device_gate(self.engine.card().device))
 
     async def detect(self, job: DetectionJob, lane: Lane = "interactive"
                      ) -> Reply[list[DetectionResult]]:

@@ -25,7 +25,7 @@ from dialscore_server.contradiction.engine.pairing import DetectionJob, Detectio
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk
 from dialscore_server.scheduling.device_gate import DeviceGate, GatedCalls
-from dialscore_server.scheduling.cpu_priority import CpuPriority
+from dialscore_server.contract.options import CpuPriority
 from dialscore_server.scheduling.lanes import LanePolicy
 from dialscore_server.scheduling.serving import (
     ChunkedServing, RunnerFactory, one_at_a_time, replica_schedule,

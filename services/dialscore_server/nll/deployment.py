@@ -32,6 +32,7 @@ from dialscore_server.nll.engine.encoding import NLLItem
 from dialscore_server.nll.engine.engine import NLLEngine
 from dialscore_server.nll.serving import NLLService, NLLServing, Scored
 from dialscore_server.nll.tokenizer.serving import TokenizerCall
+from dialscore_server.scheduling.device_gate import device_gate
 from dialscore_server.contract.priority import Lane
 
 
@@ -45,7 +46,7 @@ class NLLDeployment(ModelDeployment):
                  options: ServingOptions | dict[str, Any] | None = None):
         super().__init__(config, options)
         self.serving = NLLServing.from_options(self.engine, self.options, self.config.name,
-                                               gate=self.device_gate())
+                                               gate=device_gate(self.engine.card().device))
 
     async def score(self, items: Sequence[NLLItem], return_tokens: bool = False,
                     lane: Lane = "interactive") -> Reply[Scored]:

@@ -32,7 +32,7 @@ from dialscore_server.nll.tokenizer.serving import TokenizerCall, run_tokenizer_
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk
 from dialscore_server.scheduling.device_gate import DeviceGate, GatedCalls
-from dialscore_server.scheduling.cpu_priority import CpuPriority
+from dialscore_server.contract.options import CpuPriority
 from dialscore_server.scheduling.lanes import LanePolicy
 from dialscore_server.scheduling.planner import BatchStats
 from dialscore_server.scheduling.serving import (

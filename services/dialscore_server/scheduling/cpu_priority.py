@@ -12,14 +12,11 @@ import logging
 import os
 import sys
 import threading
-from typing import Literal
+
+from dialscore_server.contract.options import CpuPriority
 
 logger = logging.getLogger("dialscore.serve")
 
-#: A CPU priority. ``normal``: the process's own (Ray starts workers at nice 15). ``low``: nice
-#: 19, the lowest a nice value goes. ``idle``: Linux's ``SCHED_IDLE`` policy, below every nice
-#: value (a weight of 3 against nice 0's 1024 and nice 19's 15).
-CpuPriority = Literal["normal", "low", "idle"]
 
 
 def lower_thread_priority(priority: CpuPriority, setting: str = "engine_priority") -> None:

@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
 
-from dialscore_server.scheduling.cpu_priority import CpuPriority, lower_thread_priority
+from dialscore_server.contract.options import CpuPriority
+from dialscore_server.scheduling.cpu_priority import lower_thread_priority
 
 logger = logging.getLogger("dialscore.serve")
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from dialscore_server import metrics
+from dialscore_server.contract.options import BULK_EVERY
 from dialscore_server.contract.priority import LANES, Lane
 from dialscore_server.scheduling.chunks import Chunk, Outcome
 
@@ -52,9 +53,6 @@ V = TypeVar("V")
 
 #: One engine call for a batch of chunks: one outcome per chunk, in order.
 EngineCall = Callable[[Sequence[C]], Awaitable[list[Outcome[V]]]]
-
-#: Default of :attr:`LanePolicy.bulk_every`.
-BULK_EVERY = 4
 
 
 @dataclass(frozen=True)

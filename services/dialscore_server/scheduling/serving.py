@@ -11,23 +11,20 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar
+from typing import Any, Generic, Protocol, TypedDict, TypeVar
 
 from dialscore_server import metrics
 from dialscore_server.contract.errors import InputError, ServiceError
+from dialscore_server.contract.options import CpuPriority, ServingOptions
 from dialscore_server.contract.priority import Lane
 from dialscore_server.contract.reply import Reply
 from dialscore_server.scheduling.arrivals import Arrivals
 from dialscore_server.scheduling.cancellation import CallGuard
 from dialscore_server.scheduling.chunks import Chunk, Outcome, Runner, take_turns
 from dialscore_server.scheduling.device_gate import DeviceGate, GatedCalls
-from dialscore_server.scheduling.cpu_priority import CpuPriority
 from dialscore_server.scheduling.engine_thread import EngineThread
 from dialscore_server.scheduling.lanes import EngineCall, LanePolicy, LaneQueue
 from dialscore_server.scheduling.ledger import WorkLedger
-
-if TYPE_CHECKING:
-    from dialscore_server.contract.options import ServingOptions
 
 C = TypeVar("C", bound=Chunk)
 V = TypeVar("V")
@@ -86,6 +83,23 @@ class Schedule(TypedDict):
     gate: GatedCalls | None
 
 
+def lane_policy(options: ServingOptions, chunk: int) -> LanePolicy:
+    """The priority-lane policy of a model's replicas with `options`, where `chunk` is the size
+    of its chunks (the interactive lane's cap when ``options.interactive_max_cost`` is unset)."""
+    cap = options.interactive_max_cost if options.interactive_max_cost is not None else chunk
+    return LanePolicy(enabled=options.priority_lanes, bulk_every=options.bulk_every,
+                      interactive_max_cost=cap, bulk_max_batch=options.bulk_max_batch,
+                      bulk_max_batch_hold_s=options.bulk_max_batch_hold_s)
+
+
+def gated_calls(options: ServingOptions, gate: DeviceGate | None) -> GatedCalls | None:
+    """How a model's engine calls meet `gate`, its device's gate on the replica's node (None, as
+    in a batch worker or in-process: no gate): yielding for at most
+    ``options.yield_to_interactive_s`` when that is set, else holding it while interactive
+    requests are in the replica."""
+    return None if gate is None else GatedCalls(gate, options.yield_to_interactive_s)
+
+
 def replica_schedule(options: ServingOptions, budget: int, chunk: int,
                      gate: DeviceGate | None = None) -> Schedule:
     """The schedule of a replica (or a batch worker) serving a model with `options`: engine
@@ -95,9 +109,9 @@ def replica_schedule(options: ServingOptions, budget: int, chunk: int,
     engine thread at ``options.engine_priority``; with `gate` (a replica's: its device's),
     engine calls meet it as ``options.yield_to_interactive_s`` says."""
     return Schedule(runner=merged(budget, options.batch_wait_timeout_s),
-                    lanes=options.lane_policy(min(chunk, budget)),
+                    lanes=lane_policy(options, min(chunk, budget)),
                     stall_s=options.engine_stall_s, priority=options.engine_priority,
-                    gate=options.gated_calls(gate))
+                    gate=gated_calls(options, gate))
 
 
 class BatchReport(Protocol):
@@ -155,7 +169,7 @@ class ChunkedServing(Generic[C, V]):
         stall_s: an engine call at work for longer than this many seconds fails the health check
             (:class:`EngineStalled`); None: an engine call at work always passes it.
         priority: the engine thread's CPU priority
-            (:data:`~dialscore_server.scheduling.cpu_priority.CpuPriority`).
+            (:data:`~dialscore_server.contract.options.CpuPriority`).
         gate: how requests and engine calls meet the gate of the engine's device on this node
             (:class:`~dialscore_server.scheduling.device_gate.GatedCalls`: an interactive
             request holds it while it is here, from admission to its last chunk's outcome; a
