@@ -6,8 +6,9 @@ lanes off and on (one run, one app).
     python -m loadtests.bench_lanes --only pool,yield,yield-always  # three of the deployments
     python -m loadtests.bench_lanes --only pool --rounds 5  # every phase 5 times, interleaved
     python -m loadtests.bench_lanes --only yield,ingress --rounds 3  # the bulk ingress
+    python -m loadtests.bench_lanes --only ingress,ingress-whole --rounds 3  # pause points
 
-One app serves the stand-in NLI classifier and the stand-in DialoGPT eight times (--only: fewer): as
+One app serves the stand-in NLI classifier and the stand-in DialoGPT nine times (--only: fewer): as
 ``dialogpt-lanes-off`` (``priority_lanes: false``: one first-come-first-served queue), as
 ``dialogpt-lanes-on`` (the default lanes), as ``dialogpt-lanes-small-bulk`` (lanes, and bulk
 engine calls of at most --bulk-max-batch positions within the default 2 s
@@ -21,8 +22,10 @@ same, its pool also yielding to interactive requests on the node,
 ``dialogpt-lanes-pool-yield-always`` (the same, every pool call within the bound), and as
 ``dialogpt-lanes-pool-yield-ingress`` (the yielding pool again, the probe run's requests sent
 through the app's bulk ingress: a second app, ``/lanes-bulk``, whose gateway process runs at
---ingress-priority, gateway/bulk_ingress.py), each one replica with 2 threads
-(``--device cuda``: each on a thirteenth of one GPU). Phases, each
+--ingress-priority, gateway/bulk_ingress.py), and as ``dialogpt-lanes-pool-yield-ingress-whole``
+(the same, its pool waiting before each call only, ``yield_inside_calls: false``; the other
+yielding pools also pause their running calls), each one replica with 2 threads
+(``--device cuda``: each on a fifteenth of one GPU). Phases, each
 --seconds long; the interactive stream is /v1/rerank requests (6-turn context, 8 candidates,
 with ``nll_model``: its NLL term shares the dialogue model's replica with the probe run) sent
 open-loop at --rate per second, no priority header (interactive):
@@ -39,8 +42,9 @@ open-loop at --rate per second, no priority header (interactive):
    service's processes at nice 15, so only ``idle`` keeps the probe client from competing with
    them for the cores (nice 19 still weighs 15 against their 36);
 3. *beside probe, lanes on* / *small bulk* / *s.b. always* / *bulk pool* / *yielding pool* /
-   *y.p. always* / *bulk ingress*: the same against the other deployments (on the last four, the
-   probe run's requests go to the pool; on the last, through the bulk ingress);
+   *y.p. always* / *bulk ingress* / *b.i. whole calls*: the same against the other deployments
+   (on the last five, the probe run's requests go to the pool; on the last two, through the
+   bulk ingress);
 4. *probe only*: the probe run alone on the deployments with lanes, no stream (its items per
    second over --seconds): what the bound and the pool cost bulk work when no interactive
    request comes.
@@ -90,33 +94,39 @@ POOLED = "dialogpt-lanes-pool"
 YIELDING = "dialogpt-lanes-pool-yield"
 YIELD_ALWAYS = "dialogpt-lanes-pool-yield-always"
 INGRESS = "dialogpt-lanes-pool-yield-ingress"
+INGRESS_WHOLE = "dialogpt-lanes-pool-yield-ingress-whole"
 #: --only's short names of the deployments.
 SHORT = {"off": OFF, "on": ON, "small": SMALL, "always": ALWAYS, "pool": POOLED,
-         "yield": YIELDING, "yield-always": YIELD_ALWAYS, "ingress": INGRESS}
+         "yield": YIELDING, "yield-always": YIELD_ALWAYS, "ingress": INGRESS,
+         "ingress-whole": INGRESS_WHOLE}
+#: The deployments whose probe run goes through the bulk ingress.
+THROUGH_INGRESS = (INGRESS, INGRESS_WHOLE)
 #: The bulk ingress's application (and route prefix, under /).
 BULK_APP = "lanes-bulk"
-#: Each deployment's share of the GPU with --device cuda (twelve NLL deployments, pools
+#: Each deployment's share of the GPU with --device cuda (fourteen NLL deployments, pools
 #: included, and the classifier).
-GPU_SHARE = 1 / 13
+GPU_SHARE = 1 / 15
 #: The yielding pool's ``yield_to_interactive_s``.
 YIELD_S = 0.25
 
 
 def nll_entry(name: str, lanes: bool, device: str, bulk_max_batch: int | None = None,
               always: bool = False, pool: bool = False,
-              yield_bulk_max_batch: int | None = None, yield_always: bool = False
-              ) -> dict[str, Any]:
+              yield_bulk_max_batch: int | None = None, yield_always: bool = False,
+              yield_inside: bool = True) -> dict[str, Any]:
     """The stand-in DialoGPT served as `name` on `device` (``cuda``: :data:`GPU_SHARE`), with
     `bulk_max_batch` held for the service's default hold after each interactive arrival, or on
     every bulk call (`always`: ``bulk_max_batch_hold_s: null``); with `pool`, a bulk pool of the
     same serving at ``engine_priority: idle``; with `yield_bulk_max_batch` as well, a pool that
     also yields to interactive requests on the node (``yield_to_interactive_s``) and keeps its
     engine calls within that many positions for the default hold after one was there, or always
-    (`yield_always`: ``bulk_max_batch_hold_s: null``)."""
+    (`yield_always`: ``bulk_max_batch_hold_s: null``), pausing its running calls while one is
+    there too unless `yield_inside` is false (``yield_inside_calls``)."""
     serving = serving_options(lanes, device, bulk_max_batch, always)
     pool_options = {**serving, "engine_priority": "idle"}
     if yield_bulk_max_batch is not None:
         pool_options.update(yield_to_interactive_s=YIELD_S, bulk_max_batch=yield_bulk_max_batch,
+                            yield_inside_calls=yield_inside,
                             **({"bulk_max_batch_hold_s": None} if yield_always else {}))
     return {"name": NLL_MODEL, "serve_as": name, "overrides": {"device": device},
             "serving": serving, **({"bulk_pool": pool_options} if pool else {})}
@@ -174,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
         YIELD_ALWAYS: nll_entry(YIELD_ALWAYS, True, args.device, pool=True,
                                 yield_bulk_max_batch=args.bulk_max_batch, yield_always=True),
         INGRESS: nll_entry(INGRESS, True, args.device, pool=True,
-                           yield_bulk_max_batch=args.bulk_max_batch)}
+                           yield_bulk_max_batch=args.bulk_max_batch),
+        INGRESS_WHOLE: nll_entry(INGRESS_WHOLE, True, args.device, pool=True,
+                                 yield_bulk_max_batch=args.bulk_max_batch, yield_inside=False)}
     app_args = {
         "stand_ins": str(WORK / "stand-ins"), "request_timeout_s": 300,
         "models": [entries[m] for m in args.models],
@@ -183,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             "num_threads": 1, "max_ongoing_requests": 128, "max_queued_requests": 512}}],
     }
     with serve_app(app_args, name=APP, num_cpus=args.num_cpus) as url:
-        if INGRESS in args.models:
+        if set(THROUGH_INGRESS) & set(args.models):
             deploy_bulk_ingress(url, app_args, args.ingress_priority)
         measure(url, args)
     return 0
@@ -204,9 +216,9 @@ def deploy_bulk_ingress(url: str, app_args: dict[str, Any], priority: str) -> No
 
 
 def probe_url(url: str, model: str) -> str:
-    """Where the probe run sends its requests for `model`: the bulk ingress for :data:`INGRESS`,
-    else the app."""
-    return f"{url}/{BULK_APP}" if model == INGRESS else url
+    """Where the probe run sends its requests for `model`: the bulk ingress for
+    :data:`THROUGH_INGRESS`, else the app."""
+    return f"{url}/{BULK_APP}" if model in THROUGH_INGRESS else url
 
 
 def rerank_body(model: str) -> dict[str, Any]:
@@ -342,7 +354,7 @@ def phase(url: str, model: str, probe: bool, args: argparse.Namespace,
 #: Each deployment's name in the phases' names.
 LABEL = {OFF: "lanes off", ON: "lanes on", SMALL: "small bulk", ALWAYS: "s.b. always",
          POOLED: "bulk pool", YIELDING: "yielding pool", YIELD_ALWAYS: "y.p. always",
-         INGRESS: "bulk ingress"}
+         INGRESS: "bulk ingress", INGRESS_WHOLE: "b.i. whole calls"}
 
 
 def phases(models: list[str]) -> list[tuple[str, str, bool, bool]]:
@@ -366,7 +378,7 @@ def measure(url: str, args: argparse.Namespace) -> None:
                     (await client.post("/v1/nll", json={"model": model, "items": items[:64]},
                                        headers={"X-Dialscore-Priority": lane})
                      ).raise_for_status()
-                if model == INGRESS:
+                if model in THROUGH_INGRESS:
                     (await client.post(f"/{BULK_APP}/v1/nll",
                                        json={"model": model, "items": items[:64]})
                      ).raise_for_status()

@@ -174,10 +174,17 @@ class ServingOptions(BaseModel):
         "node (the node's cores, or the same GPU), from its admission to its answer, for at most "
         "this many seconds; then the call runs anyway, so bulk work always progresses (at least "
         "one call per this many seconds while interactive requests follow each other with no "
-        "gap). A call already running is never interrupted: keep bulk calls short with "
-        "`bulk_max_batch` (held for `bulk_max_batch_hold_s` after an interactive request left "
-        "the device). Every replica's interactive requests mark the device busy while they "
-        "are there, their wait for the engine included (a file lock in /dev/shm shared by the "
-        "processes of the node or pod; services/dialscore_server/scheduling/device_gate.py). "
-        "Works on GPUs too, where CPU priority (`engine_priority`) does nothing. null: never "
-        "wait.")
+        "gap). With `yield_inside_calls`, a running call also pauses between its forward passes "
+        "and its model's layers while one is there, the call's waits together within the same "
+        "bound. Keep bulk calls short with `bulk_max_batch` (held for `bulk_max_batch_hold_s` "
+        "after an interactive request left the device). Every replica's interactive requests "
+        "mark the device busy while they are there, their wait for the engine included (a file "
+        "lock in /dev/shm shared by the processes of the node or pod; "
+        "services/dialscore_server/scheduling/device_gate.py). Works on GPUs too, where CPU "
+        "priority (`engine_priority`) does nothing. null: never wait.")
+    yield_inside_calls: bool = Field(
+        True, description="With `yield_to_interactive_s`: a running engine call also pauses "
+        "between its forward passes and before each layer of its model while an interactive "
+        "request is on the device (services/dialscore_server/scheduling/pause_points.py), within "
+        "the call's `yield_to_interactive_s`; a paused call keeps its memory. A pass replayed "
+        "from a CUDA graph pauses between passes only. false: only before each call.")

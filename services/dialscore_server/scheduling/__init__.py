@@ -16,7 +16,8 @@ One request's path, called one way, top to bottom:
    share nobody waited for), under a :class:`~.cancellation.CallGuard` that leaves cancelled
    requests' items out of the passes not yet run; in a replica, through its device's gate
    (:mod:`.device_gate`): a call serving an interactive chunk holds it, and a bulk pool that
-   yields starts a call only once it is clear;
+   yields starts a call only once it is clear, and pauses a running one while it is held, at
+   the call's pause points (:mod:`.pause_points`: between passes and layers);
 4. the endpoint's ``run`` computes the merged chunks in forward passes the engine plans with
    :mod:`.planner` (token budgets, shared prefixes).
 

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+from dialscore_server.scheduling.pause_points import pause_point, paused_seconds
+
 __all__ = ["CallGuard", "ItemClock", "Wanted", "all_wanted"]
 
 #: Is the item at this index of the engine call still wanted by someone?
@@ -145,9 +147,13 @@ class CallGuard:
     @contextmanager
     def forward(self, items: Sequence[int], weights: Sequence[float] | None = None
                 ) -> Iterator[None]:
-        """Time one pass computing `items` (weights: positions per item, for the clock)."""
-        start = time.perf_counter()
+        """Time one pass computing `items` (weights: positions per item, for the clock). A
+        yielding call may pause before the pass and between its layers
+        (:mod:`~dialscore_server.scheduling.pause_points`); the seconds paused are not charged."""
+        pause_point()
+        start, paused = time.perf_counter(), paused_seconds()
         try:
             yield
         finally:
-            self.charge(items, weights, start, time.perf_counter())
+            self.charge(items, weights, start,
+                        time.perf_counter() - (paused_seconds() - paused))

@@ -13,9 +13,11 @@ apart in time instead:
   call cannot start while it waits for the engine; interactive requests never wait for one
   another or for a bulk call;
 * an engine that yields (``yield_to_interactive_s``: a bulk pool) starts each call only when no
-  interactive request holds its device's gate (:meth:`DeviceGate.wait_until_clear`), or once it
-  has waited its bound: bulk work always progresses, by at least one call per bound while
-  interactive requests follow each other with no gap;
+  interactive request holds its device's gate (:meth:`DeviceGate.wait_until_clear`), and, with
+  ``yield_inside_calls``, pauses a running call at its pause points (between passes and layers:
+  :mod:`.pause_points`) while one does, each call's waits together within its bound: bulk
+  work always progresses, by at least one call per bound while interactive requests follow
+  each other with no gap;
 * the last interactive request to leave the gate stamps the time in the lock file
   (:meth:`DeviceGate.last_held_at`), so a yielding engine also knows whether interactive work
   was about recently, not only now: it keeps its calls within ``bulk_max_batch`` only then
@@ -24,10 +26,11 @@ apart in time instead:
 
 The gate of a device is a lock on a file named for the device, in ``/dev/shm`` where it
 exists (else the system's temporary directory), so it is shared by every process of the node's
-filesystem: the replicas of one Ray node, or of one KubeRay pod. A yielding call already
-running is not interrupted: an interactive request arriving meanwhile computes beside it (on a
-GPU, after it), so bulk calls should be short (``bulk_max_batch``). The lock is the kernel's,
-released when its holder exits, so a replica that dies mid-call never blocks another.
+filesystem: the replicas of one Ray node, or of one KubeRay pod. An interactive request that
+arrives while a yielding call runs computes beside it (on a GPU, after it) until the call's
+next pause point, or all of it without ``yield_inside_calls``, so bulk calls should be short
+(``bulk_max_batch``). The lock is the kernel's, released when its holder exits, so a replica
+that dies mid-call never blocks another.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+
+from dialscore_server.scheduling.pause_points import Paused, pausing
 
 if sys.platform == "linux":
     import fcntl
@@ -211,15 +216,16 @@ class DeviceGate:
 
 class GatedCalls:
     """How one serving's requests and engine calls meet its device's `gate`. With `yield_s` (a
-    bulk pool's ``yield_to_interactive_s``) every engine call first waits until the gate is
-    clear, for at most `yield_s` seconds (:meth:`before_call`), requests hold nothing, and the
-    gate tells the serving's lanes when interactive work was last about on the device
-    (:meth:`interactive_seen_at`); without it, an interactive request holds the gate shared
-    while the serving has it (:meth:`request`), its engine calls included, and every call runs
-    as it comes."""
+    bulk pool's ``yield_to_interactive_s``) every engine call waits while the gate is held:
+    before it starts and, with `inside` (``yield_inside_calls``), at its pause points, for at
+    most `yield_s` seconds in all (:meth:`call`); requests hold nothing, and the gate tells the
+    serving's lanes when interactive work was last about on the device
+    (:meth:`interactive_seen_at`). Without it, an interactive request holds the gate shared while
+    the serving has it (:meth:`request`), its engine calls included, and every call runs as it
+    comes."""
 
-    def __init__(self, gate: DeviceGate, yield_s: float | None = None) -> None:
-        self.gate, self.yield_s = gate, yield_s
+    def __init__(self, gate: DeviceGate, yield_s: float | None = None, inside: bool = True) -> None:
+        self.gate, self.yield_s, self.inside = gate, yield_s, inside
 
     @contextlib.contextmanager
     def request(self) -> Iterator[None]:
@@ -231,10 +237,30 @@ class GatedCalls:
         with self.gate.interactive():
             yield
 
-    def before_call(self) -> float:
-        """Before one engine call: wait for the gate to clear if this serving yields; the seconds
-        waited (0.0 unless it yields)."""
-        return 0.0 if self.yield_s is None else self.gate.wait_until_clear(self.yield_s)
+    @contextlib.contextmanager
+    def call(self) -> Iterator[Paused]:
+        """The block of one engine call, on the thread that runs it. If this serving yields: wait
+        for the gate to clear first, then, with `inside`, at every pause point of the block
+        while the gate is held; the call's waits together at most `yield_s` seconds. Yields what
+        was waited, before the call and inside it (nothing unless it yields)."""
+        if self.yield_s is None:
+            yield Paused()
+            return
+        left = self.yield_s
+
+        def pause() -> float:
+            nonlocal left
+            waited = self.gate.wait_until_clear(left) if left > 0 else 0.0
+            left -= waited
+            return waited
+
+        before = pause()
+        if not self.inside:
+            yield Paused(points=int(before > 0), seconds=before)
+            return
+        with pausing(pause) as paused:
+            paused.points, paused.seconds = int(before > 0), before
+            yield paused
 
     def interactive_seen_at(self) -> float | None:
         """For a yielding serving, when an interactive request last held the gate

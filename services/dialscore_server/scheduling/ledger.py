@@ -21,6 +21,7 @@ from typing import Literal, TypeVar
 
 from dialscore_server import metrics
 from dialscore_server.scheduling.cancellation import CallGuard
+from dialscore_server.scheduling.pause_points import paused_seconds
 from dialscore_server.scheduling.chunks import Chunk
 
 R = TypeVar("R")
@@ -69,8 +70,9 @@ class WorkLedger:
              ) -> tuple[R, float] | None:
         """One engine call for `chunks`: ``compute(guard)`` runs it, with a guard over the
         chunks' indices (a chunk is wanted until it is cancelled), and the call is accounted.
-        Returns its value and duration in seconds, or None without calling the engine when every
-        chunk is already cancelled."""
+        Returns its value and duration in seconds (without the time it paused at its pause
+        points: :mod:`~dialscore_server.scheduling.pause_points`), or None without calling the
+        engine when every chunk is already cancelled."""
         if all(c.cancelled for c in chunks):
             return None
         for c in chunks:
@@ -81,9 +83,9 @@ class WorkLedger:
         guard = CallGuard(
             lambda k: not chunks[k].cancelled,
             cancelled_at=lambda k: chunks[k].cancelled_at if chunks[k].cancelled else None)
-        start = time.perf_counter()
+        start, paused = time.perf_counter(), paused_seconds()
         value = compute(guard)
-        end = time.perf_counter()
+        end = max(start, time.perf_counter() - (paused_seconds() - paused))  # less its pauses
         self._account(chunks, start, end, guard)
         return value, end - start
 

@@ -95,9 +95,11 @@ def lane_policy(options: ServingOptions, chunk: int) -> LanePolicy:
 def gated_calls(options: ServingOptions, gate: DeviceGate | None) -> GatedCalls | None:
     """How a model's engine calls meet `gate`, its device's gate on the replica's node (None, as
     in a batch worker or in-process: no gate): yielding for at most
-    ``options.yield_to_interactive_s`` when that is set, else holding it while interactive
-    requests are in the replica."""
-    return None if gate is None else GatedCalls(gate, options.yield_to_interactive_s)
+    ``options.yield_to_interactive_s`` per call when that is set (at the call's pause points too
+    with ``options.yield_inside_calls``), else holding it while interactive requests are in the
+    replica."""
+    return None if gate is None else GatedCalls(gate, options.yield_to_interactive_s,
+                                                inside=options.yield_inside_calls)
 
 
 def replica_schedule(options: ServingOptions, budget: int, chunk: int,
@@ -232,12 +234,16 @@ class ChunkedServing(Generic[C, V]):
 
     def call(self, chunks: Sequence[C]) -> list[Outcome[V]]:
         """One accounted engine call for `chunks`, on the calling thread (the runner calls it on
-        the engine thread): one outcome per chunk, in order. A yielding serving first waits for
-        its gate (see `gate`); the wait is not engine time."""
-        waited = self._gate.before_call() if self._gate is not None else 0.0
-        if waited:
-            metrics.ENGINE_YIELD_SECONDS.labels(self.model).inc(waited)
-        return self._accounted(chunks)
+        the engine thread): one outcome per chunk, in order. A yielding serving waits for its
+        gate before the call and at the call's pause points (see `gate`); the waits are not
+        engine time."""
+        if self._gate is None:
+            return self._accounted(chunks)
+        with self._gate.call() as waited:
+            outcomes = self._accounted(chunks)
+        if waited.seconds:
+            metrics.ENGINE_YIELD_SECONDS.labels(self.model).inc(waited.seconds)
+        return outcomes
 
     def _accounted(self, chunks: Sequence[C]) -> list[Outcome[V]]:
         got = self.ledger.call(chunks, lambda guard: self._run(chunks, guard))

@@ -37,6 +37,7 @@ from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_th
 from dialscore_server.checkpoints.plain_text import texts_ids
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.scheduling.cancellation import CallGuard
+from dialscore_server.scheduling import pause_points
 
 #: Padded tokens per classifier forward pass when none is given (serving.token_budget overrides).
 DEFAULT_TOKEN_BUDGET = 4096
@@ -160,6 +161,7 @@ class NLIPairClassifier:
         self.config = config
         self.loaded = loaded or load_model(config)
         self.model = self.loaded.model
+        pause_points.install(self.model)  # where a yielding call steps aside, between layers
         self.tokenizer = self.loaded.tokenizer
         self.token_budget = token_budget
         id2label = getattr(self.model.config, "id2label", None)

@@ -100,6 +100,7 @@ from dialscore_server.scheduling.planner import (
 from dialscore_server.checkpoints.loading import LoadedModel, load_model, set_threads
 from dialscore_server.checkpoints.registry import ModelConfig
 from dialscore_server.scheduling.cancellation import CallGuard
+from dialscore_server.scheduling import pause_points
 from dialscore_server.nll.engine.context_cache import ContextCache
 from dialscore_server.nll.engine.cuda_graphs import GraphedTrunk, buckets
 from dialscore_server.nll.engine.encoding import EncodedItem, NLLEncoder, NLLItem
@@ -253,6 +254,7 @@ class NLLEngine:
 
             # Timed at this engine's pass size: which route wins depends on the row count.
             self.kernels = kernels.optimize(self.model, rows=self.token_budget)
+        pause_points.install(self.model)  # where a yielding call steps aside, between layers
         self.tokenizer = self.loaded.tokenizer
         self.fmt = config.format
         if projection_chunk is None:
