@@ -39,8 +39,9 @@ class ContradictionDeployment(ModelDeployment):
     def __init__(self, config: ModelConfig | dict[str, Any],
                  options: ServingOptions | dict[str, Any] | None = None):
         super().__init__(config, options)
-        self.serving = ContradictionServing.from_options(self.engine, self.options,
-                                                         self.config.name, gate=device_gate(self.engine.card().device))
+        self.serving = ContradictionServing.from_options(
+            self.engine, self.options, self.config.name,
+            gate=device_gate(self.engine.card().device))
 
     async def detect(self, job: DetectionJob, lane: Lane = "interactive"
                      ) -> Reply[list[DetectionResult]]:

@@ -13,8 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dialscore_server.checkpoints.registry import ModelConfig, Registry, paper_registry, stand_in_registry
 from dialscore_server.contract.limits import Limits
-from dialscore_server.contract.options import ServingOptions
-from dialscore_server.contract.options import CpuPriority
+from dialscore_server.contract.options import CpuPriority, ServingOptions
 
 
 class _Args(BaseModel):

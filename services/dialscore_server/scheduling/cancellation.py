@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from dialscore_server.scheduling.pause_points import pause_point, paused_seconds
+from dialscore_server.scheduling.pause_points import now_less_pauses, pause_point, paused_seconds
 
 __all__ = ["CallGuard", "ItemClock", "Wanted", "all_wanted"]
 
@@ -155,5 +155,4 @@ class CallGuard:
         try:
             yield
         finally:
-            self.charge(items, weights, start,
-                        time.perf_counter() - (paused_seconds() - paused))
+            self.charge(items, weights, start, now_less_pauses(paused))

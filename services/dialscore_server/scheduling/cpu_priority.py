@@ -18,7 +18,6 @@ from dialscore_server.contract.options import CpuPriority
 logger = logging.getLogger("dialscore.serve")
 
 
-
 def lower_thread_priority(priority: CpuPriority, setting: str = "engine_priority") -> None:
     """Lower the calling thread's CPU priority to `priority`. Only the calling thread changes,
     and the threads it starts afterwards inherit it (PyTorch's OpenMP team for an engine

@@ -255,12 +255,12 @@ class GatedCalls:
             return waited
 
         before = pause()
+        waited = Paused(points=int(before > 0), seconds=before)
         if not self.inside:
-            yield Paused(points=int(before > 0), seconds=before)
+            yield waited
             return
-        with pausing(pause) as paused:
-            paused.points, paused.seconds = int(before > 0), before
-            yield paused
+        with pausing(pause, waited):
+            yield waited
 
     def interactive_seen_at(self) -> float | None:
         """For a yielding serving, when an interactive request last held the gate

@@ -21,7 +21,7 @@ from typing import Literal, TypeVar
 
 from dialscore_server import metrics
 from dialscore_server.scheduling.cancellation import CallGuard
-from dialscore_server.scheduling.pause_points import paused_seconds
+from dialscore_server.scheduling.pause_points import now_less_pauses, paused_seconds
 from dialscore_server.scheduling.chunks import Chunk
 
 R = TypeVar("R")
@@ -85,7 +85,7 @@ class WorkLedger:
             cancelled_at=lambda k: chunks[k].cancelled_at if chunks[k].cancelled else None)
         start, paused = time.perf_counter(), paused_seconds()
         value = compute(guard)
-        end = max(start, time.perf_counter() - (paused_seconds() - paused))  # less its pauses
+        end = max(start, now_less_pauses(paused))
         self._account(chunks, start, end, guard)
         return value, end - start
 

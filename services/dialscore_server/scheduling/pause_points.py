@@ -26,12 +26,13 @@ A paused call keeps its memory (activations, key/value states) while it waits.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Paused", "install", "pause_point", "paused_seconds", "pausing"]
+__all__ = ["Paused", "install", "now_less_pauses", "pause_point", "paused_seconds", "pausing"]
 
 _local = threading.local()
 
@@ -45,12 +46,13 @@ class Paused:
 
 
 @contextmanager
-def pausing(pause: Callable[[], float]) -> Iterator[Paused]:
+def pausing(pause: Callable[[], float], paused: Paused | None = None) -> Iterator[Paused]:
     """For the block, on this thread, every :func:`pause_point` calls `pause` (which returns the
-    seconds it waited). Yields the block's :class:`Paused`. Blocks do not nest."""
+    seconds it waited) and adds what it waited to `paused` (default: a new :class:`Paused`),
+    which the block yields. Blocks do not nest."""
     if getattr(_local, "pause", None) is not None:
         raise RuntimeError("pausing blocks do not nest")
-    paused = Paused()
+    paused = paused if paused is not None else Paused()
     _local.pause, _local.paused = pause, paused
     try:
         yield paused
@@ -74,6 +76,13 @@ def paused_seconds() -> float:
     """Seconds this thread's :func:`pausing` block has waited so far (0.0 outside one)."""
     paused = getattr(_local, "paused", None)
     return 0.0 if paused is None else paused.seconds
+
+
+def now_less_pauses(paused_then: float) -> float:
+    """``time.perf_counter()`` now, less the seconds this thread paused since it read
+    `paused_then` from :func:`paused_seconds`: the end of a span that was started then, with its
+    pauses left out."""
+    return time.perf_counter() - (paused_seconds() - paused_then)
 
 
 def _before_layer(_module: Any, _args: Any) -> None:
