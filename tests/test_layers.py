@@ -3,6 +3,8 @@
 Read: every module under services/dialscore_server, every import in it (at module level or
 inside a function, ``from . import`` included), without importing anything. Checked:
 
+* **checkpoints** (the registry, loading, stand-ins, int8 weights: what the contract names) imports
+  no contract, scheduling, training, endpoint, gateway, batch or command module;
 * **contract** (what every endpoint stands on) imports no scheduling, endpoint, gateway, batch
   or command module;
 * **scheduling** (one layer, called by the endpoints) imports no endpoint, gateway, batch or
@@ -29,6 +31,7 @@ ABOVE_ENDPOINTS = ("gateway", "batch", "commands", "directory")
 
 #: layer -> the dialscore_server packages it must not import.
 FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "checkpoints": ("contract", "scheduling", "training", *ENDPOINTS, *ABOVE_ENDPOINTS),
     "contract": ("scheduling", *ENDPOINTS, *ABOVE_ENDPOINTS),
     "scheduling": (*ENDPOINTS, *ABOVE_ENDPOINTS),
     **{endpoint: ("gateway", "batch", "commands") for endpoint in ENDPOINTS},

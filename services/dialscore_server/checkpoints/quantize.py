@@ -36,6 +36,13 @@ from typing import Any
 
 from dialscore_server import compat
 
+#: The attribute set (to True) on a model whose linear layers a kernel pass has replaced with
+#: its own modules (:func:`dialscore_server.nll.engine.kernels.optimize` sets it when it routes a
+#: layer through oneDNN). :func:`quantize_int8` refuses such a model: it replaces only
+#: ``nn.Linear`` and ``Conv1D``, so it would skip a replaced layer, and a layer with GELU folded in
+#: would lose its activation if it were replaced.
+KERNELS_APPLIED = "dialscore_kernels_applied"
+
 #: Quantized engine used for the int8 products (a process-wide PyTorch setting; weights are
 #: prepacked for it; docs/benchmarks/precision.md compares the engines).
 INT8_ENGINE = "onednn"
@@ -116,8 +123,8 @@ def quantize_int8(model: Any, engine: str = INT8_ENGINE) -> dict[str, int]:
     """Replace every linear layer of `model`'s transformer body (``model.base_model``) by an
     :class:`Int8Linear`, in place. Returns ``{"int8_linears": n}``.
 
-    The model must be float32 on CPU and not yet patched by :mod:`dialscore_server.nll.engine.kernels`
-    (quantize first; :func:`~dialscore_server.checkpoints.loading.load_model` does). The output
+    The model must be float32 on CPU and not yet marked :data:`KERNELS_APPLIED` (quantize first,
+    as :func:`~dialscore_server.checkpoints.loading.load_model` does; ``ValueError`` otherwise). The output
     head (``get_output_embeddings()``, outside the body for every family served here; a tied head
     shares the embedding matrix, which is never quantized) and a classifier's head stay float32.
     """
@@ -126,11 +133,7 @@ def quantize_int8(model: Any, engine: str = INT8_ENGINE) -> dict[str, int]:
 
     if next(model.parameters()).dtype != torch.float32:
         raise ValueError("int8 quantization starts from a float32 model")
-    from dialscore_server.nll.engine.kernels import OneDNNLinear
-
-    if any(isinstance(m, OneDNNLinear) for m in model.modules()):
-        # nll.kernels folds GELU into c_fc's replacement; quantizing would skip that layer, and
-        # replacing it would drop the activation.
+    if getattr(model, KERNELS_APPLIED, False):
         raise ValueError("quantize before applying dialscore_server.nll.engine.kernels, not after")
     if engine not in torch.backends.quantized.supported_engines:
         raise RuntimeError(f"quantized engine {engine!r} is not available in this PyTorch build "

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Response
 from dialscore_server.contract.priority import PriorityHeader, requested_lane
 from dialscore_server.contract.strict_json import strict_json_route
 from dialscore_server.contract.timing_headers import set_reply_timing
-from dialscore_server.rerank.http import ERRORS
+from dialscore_server.rerank.query_shaped import ERRORS
 from dialscore_server.rerank.protocol import RerankRequest, RerankResponse, RerankUsage
 from dialscore_server.rerank.serving import RerankBackend, RerankCall
 

@@ -29,6 +29,7 @@ from transformers.activations import GELUTanh, NewGELUActivation
 from transformers.pytorch_utils import Conv1D
 
 from dialscore_server import compat
+from dialscore_server.checkpoints.quantize import KERNELS_APPLIED
 from dialscore_server.compat import onednn_linear_available
 from dialscore_server.nll.engine import kernel_choice
 
@@ -154,8 +155,9 @@ def optimize(model: nn.Module, *, onednn: bool | None = None, fuse_gelu: bool = 
     oneDNN (float32, the dtype it is projected in; False when `onednn` is False); ``routes``: the
     timing behind each choice consulted, by :meth:`kernel_choice.Shape.key`.
 
-    The output projection is never replaced. Idempotent: a second call replaces nothing and makes
-    the same choices.
+    The output projection is never replaced. A model with a layer replaced is marked
+    :data:`~dialscore_server.checkpoints.quantize.KERNELS_APPLIED`, which int8 quantization
+    refuses. Idempotent: a second call replaces nothing and makes the same choices.
     """
     done: dict[str, Any] = {"onednn_linears": 0, "stock_linears": 0, "fused_gelu": 0,
                             "gelu_into_linear": 0, "onednn_head": False}
@@ -211,6 +213,8 @@ def optimize(model: nn.Module, *, onednn: bool | None = None, fuse_gelu: bool = 
             done["onednn_head"] = routed(kernel_choice.Shape(width, vocab, "float32", False, False),
                                          kernel_choice.TIMING_ROWS)
     done["routes"] = {s.key(): kernel_choice.timing(s, at) for s, at in consulted.items()}
+    if done["onednn_linears"]:
+        setattr(model, KERNELS_APPLIED, True)
     return done
 
 

@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 
 from dialscore_server.contract.priority import PriorityHeader, requested_lane
 from dialscore_server.contract.strict_json import strict_json_route
-from dialscore_server.rerank.http import ERRORS, run_query_rerank
+from dialscore_server.rerank.query_shaped import ERRORS, run_query_rerank
 from dialscore_server.rerank.serving import RerankBackend
 from dialscore_server.rerank.tei.protocol import TEIRerankRequest, TEIRerankResponse, tei_results
 

@@ -1,5 +1,6 @@
-"""What the rerank routes share, gateway-free: their documented errors, and the steps of the
-query-shaped routes (text-embeddings-inference's POST /rerank, Cohere's POST /v2/rerank)."""
+"""The query-shaped rerank routes (text-embeddings-inference's POST /rerank, Cohere's POST
+/v2/rerank): the request they share and its steps, and the errors every rerank route documents
+(dialscore's own POST /v1/rerank included). Gateway-free."""
 
 from __future__ import annotations
 
