@@ -1,6 +1,6 @@
 """Gauges stay exported while their value holds: Ray's metrics agent drops a gauge series not
 recorded within twice its export interval, so every gauge that records to Ray is recorded again
-by :func:`~dialscore_server.metrics.refresh_gauges`, which a daemon thread calls every
+by :func:`~dialscore_server.metric_recording.refresh_gauges`, which a daemon thread calls every
 ``GAUGE_REFRESH_S`` once a gauge has been recorded to Ray. The test calls it itself (no clock),
 with a stand-in for Ray's gauge that keeps what it is given."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dialscore_server import metrics
+from dialscore_server import metric_recording
 
 
 class RayGaugeStandIn:
@@ -22,7 +22,7 @@ class RayGaugeStandIn:
 
 
 def test_every_gauge_value_is_recorded_to_ray_again_while_it_holds():
-    gauge = metrics.Metric("gauge", "dialscore_test_refreshed", "A test gauge.", ["model"])
+    gauge = metric_recording.Metric("gauge", "dialscore_test_refreshed", "A test gauge.", ["model"])
     ray_gauge = RayGaugeStandIn()
     gauge._ray, gauge._ray_checked = ray_gauge, True  # as inside a Serve replica
     gauge.labels("a").inc()
@@ -31,21 +31,21 @@ def test_every_gauge_value_is_recorded_to_ray_again_while_it_holds():
     gauge.labels("a").dec()
     assert ray_gauge.sets == [(1, {"model": "a"}), (2, {"model": "a"}), (5, {"model": "b"}),
                               (1, {"model": "a"})]
-    assert metrics._refresher is not None and metrics._refresher.is_alive()
+    assert metric_recording._refresher is not None and metric_recording._refresher.is_alive()
 
     ray_gauge.sets.clear()
-    metrics.refresh_gauges()
+    metric_recording.refresh_gauges()
     assert sorted(ray_gauge.sets, key=lambda s: s[1]["model"]) == [(1, {"model": "a"}),
                                                                  (5, {"model": "b"})]
 
 
 def test_counters_and_gauges_outside_ray_are_not_recorded_again():
-    gauge = metrics.Metric("gauge", "dialscore_test_not_refreshed", "A test gauge.", ["model"])
+    gauge = metric_recording.Metric("gauge", "dialscore_test_not_refreshed", "A test gauge.", ["model"])
     gauge._ray_checked = True  # looked for, none: a process outside Serve
     gauge.labels("a").set(3)
     gauge.refresh()  # nothing to record to, and no error
     assert gauge._ray is None and not gauge._ray_failed
-    counter = metrics.Metric("counter", "dialscore_test_counter_not_refreshed_total", "A test.",
+    counter = metric_recording.Metric("counter", "dialscore_test_counter_not_refreshed_total", "A test.",
                              ["model"])
     counter._ray, counter._ray_checked = RayGaugeStandIn(), True
     counter.refresh()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from dialscore_server import metrics
+from dialscore_server.metric_recording import REGISTRY
 from dialscore_server.gateway.front_door import FrontDoor, FrontDoorLimits
 from front_door_kit import EARLY_ANSWER, HANG_S, LoopThread, ManualClock, RecordingUpstream
 from raw_socket import read_response, rest_until_closed
@@ -64,7 +64,7 @@ def setup() -> Iterator[Setup]:
 
 
 def count(kind: str) -> float:
-    return metrics.REGISTRY.get_sample_value("dialscore_slow_clients_total", {"kind": kind}) or 0.0
+    return REGISTRY.get_sample_value("dialscore_slow_clients_total", {"kind": kind}) or 0.0
 
 
 def get(target: str) -> bytes:

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from dialscore_server import metrics
+from dialscore_server.metric_recording import REGISTRY
 from raw_socket import rest_until_closed
 from serve_apps import HEADER_TIMEOUT_S, ONE_THREAD, app_args, deploy_app
 
@@ -39,7 +39,7 @@ def gateway_count(url: str) -> float:
 
 def front_door_count(kind: str) -> float:
     """The front door's count of `kind`, in this process's registry (it runs in this process)."""
-    return metrics.REGISTRY.get_sample_value("dialscore_slow_clients_total", {"kind": kind}) or 0.0
+    return REGISTRY.get_sample_value("dialscore_slow_clients_total", {"kind": kind}) or 0.0
 
 
 def ray_agent_count(kind: str) -> float:

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
-from dialscore_server import metrics
+from dialscore_server.metric_recording import REGISTRY
 from dialscore_server.contract.errors import error_responses
 from dialscore_server.contradiction.router import build_router as contradiction_router
 from dialscore_server.contradiction.serving import ClassifierBackend
@@ -98,7 +98,7 @@ def create_app(gw: Ingress) -> FastAPI:
 
     @app.get("/metrics", summary="Prometheus metrics (text format).", response_class=PlainTextResponse)
     async def prometheus() -> Response:
-        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     # Documented, not validated on the way out: a card field of an unexpected type must not
     # turn GET /v1/models into a 500.

@@ -113,7 +113,7 @@ def local_service(args: AppArgs, *, num_cpus: int | None = None, name: str = "di
     checks are set from :data:`PROXY_HEALTH_ENV` (into this process's environment, where not set
     already, so that Serve's controller inherits them). The front door
     runs in this process, which records its counts to Ray's metrics agent as well as to its own
-    registry (metrics.py). On exit the front door first drains for at most `drain_s` seconds
+    registry (metric_recording.py). On exit the front door first drains for at most `drain_s` seconds
     (0: not at all; :meth:`FrontDoor.drain <dialscore_server.gateway.front_door.FrontDoor.drain>`):
     the requests in flight are answered before Serve shuts down.
 
