@@ -1,14 +1,16 @@
 """The replica's health check (Serve's ``check_health``) against its engine thread, without Ray:
 the engine's probe (its tiny real forward pass) runs on the engine thread, never beside an engine
 call, and not at all while a call that is at work shows the engine alive; after a failed call the
-probe runs, behind the calls before it, and its error fails the check; a call at work for longer
-than the serving's `stall_s` fails it too. The engine is a gated fake the test releases, and the
+probe runs, behind the calls before it, and its error fails the check; a call at work that shows
+no progress (begins no pass or layer: reaches no pause point) for longer than the serving's
+`stall_s` fails it too. The engine is a gated fake the test releases, and the
 stall bound is timed by a clock the test advances: nothing here depends on how fast the machine
 is."""
 
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 
 import pytest
@@ -17,6 +19,7 @@ from dialscore_server.contradiction.engine.pairing import DetectionJob, Turn
 from dialscore_server.contract.options import ServingOptions
 from dialscore_server.contradiction.serving import ContradictionServing
 from dialscore_server.scheduling.engine_thread import EngineThread
+from dialscore_server.scheduling.pause_points import pause_point
 from dialscore_server.scheduling.serving import EngineStalled
 from merging_runner import HANG_S, until
 from test_fair_chunks import GatedDetector
@@ -135,7 +138,8 @@ def test_an_engine_call_at_work_beyond_stall_s_fails_the_check_and_a_finished_on
         clock.now += 600  # at the bound, not beyond it: the call at work is still the check
         await asyncio.wait_for(serving.check_health(), HANG_S)
         clock.now += 1
-        with pytest.raises(EngineStalled, match="601 s, beyond engine_stall_s \\(600 s\\)"):
+        with pytest.raises(EngineStalled, match="no progress for 601 s \\(at work for 601 s\\), "
+                           "beyond engine_stall_s \\(600 s\\)"):
             await asyncio.wait_for(serving.check_health(), HANG_S)
         assert [what for what, _ in engine.log] == ["call"]  # no probe queued behind the hang
         engine.release.set()
@@ -145,6 +149,52 @@ def test_an_engine_call_at_work_beyond_stall_s_fails_the_check_and_a_finished_on
 
     asyncio.run(scenario())
     assert [what for what, _ in engine.log] == ["call", "probe"]
+
+
+class SteppingDetector(ProbedDetector):
+    """A detector whose engine call reaches a pause point (as a real model's layers do) each time
+    the test sends ``"step"`` to :attr:`commands`, and returns when it sends ``"end"``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commands: queue.Queue[str] = queue.Queue()
+        self.reached = 0
+
+    def _probs(self, pairs):
+        self.calls.append(len(pairs))
+        self.log.append(("call", threading.current_thread().name))
+        while (command := self.commands.get(timeout=60)) == "step":
+            pause_point()
+            self.reached += 1
+        assert command == "end"
+        return [0.1] * len(pairs)
+
+
+def test_a_call_that_keeps_reaching_pause_points_passes_the_check_however_long_it_runs():
+    """engine_stall_s bounds the time without progress, not the call: a call that reaches a pause
+    point every 500 s passes at 2,500 s at work; once it stops, it fails 601 s after its last."""
+    engine = SteppingDetector()
+    clock = Clock()
+    serving = ContradictionServing(engine, max_batch_pairs=64, stall_s=600, clock=clock)
+
+    async def scenario() -> None:
+        request = asyncio.create_task(serving.detect(job()))
+        await until(lambda: len(engine.calls) == 1, "the engine call starts")
+        for step in range(1, 6):
+            clock.now += 500
+            engine.commands.put("step")
+            await until(lambda: engine.reached == step, "the call reaches a pause point")
+            await asyncio.wait_for(serving.check_health(), HANG_S)
+        clock.now += 600  # at the bound since the last pause point: still progressing
+        await asyncio.wait_for(serving.check_health(), HANG_S)
+        clock.now += 1
+        with pytest.raises(EngineStalled, match="no progress for 601 s \\(at work for 3101 s\\)"):
+            await asyncio.wait_for(serving.check_health(), HANG_S)
+        engine.commands.put("end")
+        assert (await request).error is None
+
+    asyncio.run(scenario())
+    assert [what for what, _ in engine.log] == ["call"]
 
 
 def test_without_stall_s_a_call_at_work_always_passes_the_check():

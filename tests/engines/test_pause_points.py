@@ -60,6 +60,29 @@ def test_every_layer_of_a_module_list_is_a_pause_point_inside_a_pausing_block_on
     assert paused_seconds() == 0.0
 
 
+def test_every_pause_point_marks_progress_on_a_reporting_thread_paused_or_not():
+    """Progress is marked on arrival at every layer, outside a pausing block too, and again after
+    a pause that waited; a thread that stopped reporting marks none."""
+    model = Layers()
+    pause_points.install(model)
+    marks: list[str] = []
+    pause_points.report_progress(lambda: marks.append("progress"))
+    try:
+        model(torch.zeros(1, 4))
+        assert marks == ["progress"] * 3
+        marks.clear()
+        with pausing(lambda: marks.append("pause") or (0.5 if len(marks) < 3 else 0.0)):
+            model(torch.zeros(1, 4))
+        # layer 1 waited (a mark after the pause), layers 2 and 3 did not
+        assert marks == ["progress", "pause", "progress", "progress", "pause", "progress",
+                         "pause"]
+    finally:
+        pause_points.report_progress(None)
+    marks.clear()
+    model(torch.zeros(1, 4))
+    assert marks == []
+
+
 def test_pausing_blocks_do_not_nest():
     with pausing(lambda: 0.0), pytest.raises(RuntimeError, match="nest"):
         with pausing(lambda: 0.0):

@@ -143,13 +143,15 @@ class ServingOptions(BaseModel):
         "given another of that context; beyond it the request goes to a less loaded replica and "
         "computes its context afresh.")
     engine_stall_s: float | None = Field(
-        600.0, gt=0, description="An engine call at work for longer than this many seconds "
-        "fails the replica's health check, so that Serve replaces a replica whose engine hangs "
-        "(a lost device, a deadlock) instead of reading it as healthy while every request to it "
-        "times out. A full engine call of 16,384 positions at DialoGPT-medium's width takes about "
-        "a minute on 2 CPU cores, so the default leaves a tenfold margin; lower it on GPUs to "
-        "replace a hung replica sooner. null: never (an engine call at work always "
-        "passes the check).")
+        600.0, gt=0, description="An engine call that shows no progress for longer than this "
+        "many seconds (it begins no forward pass and no layer of its model) fails the replica's "
+        "health check, so that Serve replaces a replica whose engine hangs (a lost device, a "
+        "deadlock) instead of reading it as healthy while every request to it times out. A long "
+        "call that keeps progressing passes, however long it takes. A whole engine call of "
+        "16,384 positions at DialoGPT-medium's width takes about a minute on 2 CPU cores, one of "
+        "its layers a few seconds, so the default leaves a wide margin even for an engine at "
+        "`idle` priority on a busy node; lower it on GPUs to replace a hung replica sooner. "
+        "null: never (an engine call at work always passes the check).")
     health_check_period_s: float = Field(
         10.0, gt=0, le=600, description="How often Serve runs each replica's health check "
         "(Serve's `health_check_period_s`; its default, 10 s): the engine's tiny real pass when "

@@ -113,8 +113,8 @@ class ContradictionServing:
     the card's name); `runner` is how chunks meet the engine
     (:mod:`dialscore_server.scheduling.serving`); `lanes` the priority-lane policy (default: lanes
     on, a request of more than one chunk's pairs served in the bulk lane); `stall_s` and `clock`
-    the health check's bound on an engine call at work (:meth:`check_health`); `priority` the
-    engine thread's CPU priority; `gate` how its engine calls meet the device's gate
+    the health check's bound on an engine call without progress (:meth:`check_health`);
+    `priority` the engine thread's CPU priority; `gate` how its engine calls meet the device's gate
     (:class:`~dialscore_server.scheduling.device_gate.GatedCalls`; None: none)."""
 
     def __init__(self, engine: Detector, *, max_batch_pairs: int, chunk_pairs: int = CHUNK_PAIRS,
@@ -147,8 +147,8 @@ class ContradictionServing:
         return self._card
 
     async def check_health(self) -> None:
-        """The engine's health check, on the engine thread when it is idle; an engine call at work
-        for longer than `stall_s` fails it (see
+        """The engine's health check, on the engine thread when it is idle; an engine call that
+        shows no progress for longer than `stall_s` fails it (see
         :meth:`ChunkedServing.check_health <dialscore_server.scheduling.serving.ChunkedServing.check_health>`)."""
         await self.chunks.check_health(self.engine.check_health)
 

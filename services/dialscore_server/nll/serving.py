@@ -190,7 +190,7 @@ class NLLServing:
     `model` labels the metrics (default: the card's name); `runner` is how chunks meet the
     engine (:mod:`dialscore_server.scheduling.serving`); `lanes` the priority-lane policy
     (default: lanes on, a request of more than one chunk's tokens served in the bulk lane);
-    `stall_s` and `clock` the health check's bound on an engine call at work
+    `stall_s` and `clock` the health check's bound on an engine call without progress
     (:meth:`check_health`); `priority` the engine thread's CPU priority; `gate` how its engine
     calls meet the device's gate (:class:`~dialscore_server.scheduling.device_gate.GatedCalls`;
     None: none)."""
@@ -225,8 +225,8 @@ class NLLServing:
         return self._card
 
     async def check_health(self) -> None:
-        """The engine's health check, on the engine thread when it is idle; an engine call at work
-        for longer than `stall_s` fails it (see
+        """The engine's health check, on the engine thread when it is idle; an engine call that
+        shows no progress for longer than `stall_s` fails it (see
         :meth:`ChunkedServing.check_health <dialscore_server.scheduling.serving.ChunkedServing.check_health>`)."""
         await self.chunks.check_health(self.engine.check_health)
 

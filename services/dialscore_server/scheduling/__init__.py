@@ -23,7 +23,8 @@ One request's path, called one way, top to bottom:
 
 Serve's health check takes the same thread: :meth:`~.serving.ChunkedServing.check_health` runs
 the engine's probe on the engine thread when no engine call is at work (and fails when the one at
-work began more than ``stall_s`` ago), so the engine is only ever called from that one thread.
+work has shown no progress, no pass or layer begun, for more than ``stall_s``), so the engine is
+only ever called from that one thread.
 
 Which replica a request reaches is decided before all this, in the caller's Serve handle:
 :mod:`.context_affinity` is a Serve request router that sends requests whose contexts start alike

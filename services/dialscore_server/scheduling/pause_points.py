@@ -1,4 +1,5 @@
-"""Points inside an engine call where a yielding engine steps aside for interactive work.
+"""Points inside an engine call where the call shows it progresses, and where a yielding engine
+steps aside for interactive work.
 
 A bulk pool that yields (``yield_to_interactive_s``) waits before each engine call while an
 interactive request is on its device (:mod:`.device_gate`). A call already running would compute
@@ -21,6 +22,12 @@ the gate is held, within the call's budget) and adds the seconds waited to the b
 :class:`Paused`, which the pass's timer subtracts, so time paused is not engine time.
 
 A paused call keeps its memory (activations, key/value states) while it waits.
+
+**Progress.** Every pause point also marks progress, whether or not its thread pauses: on a
+thread that called :func:`report_progress` (the replica's engine thread,
+:class:`~.engine_thread.EngineThread`), it calls that thread's callback on arrival and again after
+a pause, so the health check's stall bound (``engine_stall_s``) times the longest stretch without
+a pass or layer begun, not the whole call.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Paused", "install", "now_less_pauses", "pause_point", "paused_seconds", "pausing"]
+__all__ = ["Paused", "install", "now_less_pauses", "pause_point", "paused_seconds", "pausing",
+           "report_progress"]
 
 _local = threading.local()
 
@@ -60,8 +68,18 @@ def pausing(pause: Callable[[], float], paused: Paused | None = None) -> Iterato
         _local.pause = _local.paused = None
 
 
+def report_progress(progressed: Callable[[], None] | None) -> None:
+    """From now on, every :func:`pause_point` this thread reaches calls `progressed` (None:
+    stop), on arrival and again after it pauses."""
+    _local.progressed = progressed
+
+
 def pause_point() -> None:
-    """Step aside here if this thread is in a :func:`pausing` block (see the module docstring)."""
+    """Mark progress, and step aside here if this thread is in a :func:`pausing` block (see the
+    module docstring)."""
+    progressed = getattr(_local, "progressed", None)
+    if progressed is not None:
+        progressed()
     pause = getattr(_local, "pause", None)
     if pause is None:
         return
@@ -70,6 +88,8 @@ def pause_point() -> None:
         paused: Paused = _local.paused
         paused.points += 1
         paused.seconds += waited
+        if progressed is not None:
+            progressed()
 
 
 def paused_seconds() -> float:

@@ -107,7 +107,7 @@ def replica_schedule(options: ServingOptions, budget: int, chunk: int,
     """The schedule of a replica (or a batch worker) serving a model with `options`: engine
     calls :func:`merged` up to `budget` (in chunk sizes: tokens or pairs), the options' lane
     policy with chunks of `chunk` (at most `budget`: the default cap of the interactive lane),
-    an engine call at work beyond ``options.engine_stall_s`` failing the health check, the
+    an engine call without progress beyond ``options.engine_stall_s`` failing the health check, the
     engine thread at ``options.engine_priority``; with `gate` (a replica's: its device's),
     engine calls meet it as ``options.yield_to_interactive_s`` says."""
     return Schedule(runner=merged(budget, options.batch_wait_timeout_s),
@@ -147,8 +147,8 @@ Rechunk = Callable[[list[C], int], list[C]]
 
 
 class EngineStalled(RuntimeError):
-    """The health check's verdict on an engine call at work for longer than the serving's
-    `stall_s`: the replica is taken for hung, and Serve replaces it."""
+    """The health check's verdict on an engine call that has shown no progress for longer than
+    the serving's `stall_s`: the replica is taken for hung, and Serve replaces it."""
 
 
 class ChunkedServing(Generic[C, V]):
@@ -168,8 +168,10 @@ class ChunkedServing(Generic[C, V]):
             ``bulk_max_batch`` is cut to that size at admission, so a bulk engine call (and so an
             interactive request's wait for the one running) stays within the bound; without
             it, a chunk larger than the bound is a bulk call of its own.
-        stall_s: an engine call at work for longer than this many seconds fails the health check
-            (:class:`EngineStalled`); None: an engine call at work always passes it.
+        stall_s: an engine call that shows no progress for longer than this many seconds
+            (neither begins nor reaches a :func:`~.pause_points.pause_point`: a forward pass or
+            a layer begun) fails the health check (:class:`EngineStalled`); None: an engine call
+            at work always passes it.
         priority: the engine thread's CPU priority
             (:data:`~dialscore_server.contract.options.CpuPriority`).
         gate: how requests and engine calls meet the gate of the engine's device on this node
@@ -178,8 +180,8 @@ class ChunkedServing(Generic[C, V]):
             yielding serving's calls wait for it to clear, and its lanes hold ``bulk_max_batch``
             for ``bulk_max_batch_hold_s`` after interactive work left the device); None: no
             gate (in-process servings).
-        clock: what times the engine call at work (monotonic seconds; tests pass one they
-            advance).
+        clock: what times the engine call at work and its progress (monotonic seconds; tests
+            pass one they advance).
 
     :attr:`runner` is the runner built by `runner` (a
     :class:`~dialscore_server.scheduling.lanes.LaneQueue` unless a test passes its own).
@@ -216,19 +218,22 @@ class ChunkedServing(Generic[C, V]):
         """Serve's health check of the replica's engine. While an engine call runs or waits for
         the engine thread, and the last call to finish returned, the engine is at work and that
         is the check: `probe` does not run, and the check passes unless the call now running
-        began more than `stall_s` seconds ago, which raises :class:`EngineStalled` (a hung
-        device or a deadlock: without this, a call that never returns would read as healthy
-        forever). Otherwise `probe` (the engine's tiny real forward pass) runs on the engine
+        has shown no progress (:attr:`EngineThread.since_progress_s`) for more than `stall_s`
+        seconds, which raises :class:`EngineStalled` (a hung device or a deadlock: without this,
+        a call that never returns would read as healthy forever). A long call that keeps
+        reaching its pause points (a large bulk call, or one computing on the CPU time an
+        ``idle`` priority leaves it) passes. Otherwise `probe` (the engine's tiny real forward pass) runs on the engine
         thread (:class:`~dialscore_server.scheduling.engine_thread.EngineThread`), never beside
         an engine call, and what it raises fails the check; after a failed call it waits behind
         the calls submitted before it."""
         thread = self._engine_thread
         if thread.busy and thread.failed is None:
-            at_work = thread.at_work_s
-            if self.stall_s is not None and at_work is not None and at_work > self.stall_s:
+            still = thread.since_progress_s
+            if self.stall_s is not None and still is not None and still > self.stall_s:
                 raise EngineStalled(
-                    f"{self.model}: an engine call has been at work for {at_work:.0f} s, beyond "
-                    f"engine_stall_s ({self.stall_s:g} s)")
+                    f"{self.model}: an engine call has shown no progress for {still:.0f} s (at "
+                    f"work for {thread.at_work_s or still:.0f} s), beyond engine_stall_s "
+                    f"({self.stall_s:g} s)")
             return
         await thread.submit(probe)
 
