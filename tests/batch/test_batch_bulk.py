@@ -51,14 +51,14 @@ def test_a_job_scores_a_pooled_model_with_its_pools_options():
                     "description locks")
 def test_a_yielding_job_computes_only_once_the_interactive_request_ends(tmp_path):
     """A Serve replica's interactive request holds the node's CPU gate; the job's line waits at
-    the gate (the driven clock never reaches the 600 s bound) and is computed, in the bulk lane,
+    the gate (the driven clock never reaches the 500 s bound) and is computed, in the bulk lane,
     only after the test lets go on the job's second look."""
     holder = DeviceGate("cpu", str(tmp_path))
     held = holder.interactive()
     held.__enter__()
     time = DrivenTime(on_sleep=lambda n: held.__exit__(None, None, None) if n == 2 else None)
     WITNESS.update(gate=DeviceGate("cpu", str(tmp_path)), seen=[])
-    app = AppArgs.model_validate(pooled_args({"yield_to_interactive_s": 600}))
+    app = AppArgs.model_validate(pooled_args({"yield_to_interactive_s": 500}))
     models = JobModels(nll=app.batch_model_configs())
     scorer = BatchScorer(models, gate_of=lambda device: DeviceGate(
         "cpu", str(tmp_path), clock=time.clock, sleep=time.sleep))

@@ -260,3 +260,13 @@ def test_the_replica_servings_take_engine_stall_s_from_their_options():
         assert classifier.chunks.stall_s == nll.chunks.stall_s == stall
     with pytest.raises(ValueError, match="engine_stall_s"):
         ServingOptions(engine_stall_s=0)
+
+
+def test_a_pool_may_not_wait_for_interactive_work_as_long_as_the_stall_bound():
+    """A call waits up to yield_to_interactive_s without progress, so that wait must stay below
+    engine_stall_s; either one off (null) is fine."""
+    with pytest.raises(ValueError, match="yield_to_interactive_s \\(600 s\\) must be below "
+                                         "engine_stall_s \\(600 s\\)"):
+        ServingOptions(yield_to_interactive_s=600)
+    assert ServingOptions(yield_to_interactive_s=599).yield_to_interactive_s == 599
+    assert ServingOptions(yield_to_interactive_s=10**6, engine_stall_s=None).engine_stall_s is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: A CPU priority (``engine_priority``, ``ingress_priority``; applied by
 #: :mod:`dialscore_server.scheduling.cpu_priority`). ``normal``: the process's own (Ray starts
@@ -183,10 +183,23 @@ class ServingOptions(BaseModel):
         "mark the device busy while they are there, their wait for the engine included (a file "
         "lock in /dev/shm shared by the processes of the node or pod; "
         "services/dialscore_server/scheduling/device_gate.py). Works on GPUs too, where CPU "
-        "priority (`engine_priority`) does nothing. null: never wait.")
+        "priority (`engine_priority`) does nothing. Below `engine_stall_s`, since a waiting call "
+        "shows no progress. null: never wait.")
     yield_inside_calls: bool = Field(
         True, description="With `yield_to_interactive_s`: a running engine call also pauses "
         "between its forward passes and before each layer of its model while an interactive "
         "request is on the device (services/dialscore_server/scheduling/pause_points.py), within "
         "the call's `yield_to_interactive_s`; a paused call keeps its memory. A pass replayed "
         "from a CUDA graph pauses between passes only. false: only before each call.")
+
+    @model_validator(mode="after")
+    def _yield_within_stall_bound(self) -> ServingOptions:
+        """A call's waits for interactive work last up to `yield_to_interactive_s` without
+        progress: at or beyond `engine_stall_s`, a waiting pool would be taken for a hung one."""
+        if (self.yield_to_interactive_s is not None and self.engine_stall_s is not None
+                and self.yield_to_interactive_s >= self.engine_stall_s):
+            raise ValueError(
+                f"yield_to_interactive_s ({self.yield_to_interactive_s:g} s) must be below "
+                f"engine_stall_s ({self.engine_stall_s:g} s): an engine call waiting that long "
+                "for interactive work would fail the health check as hung")
+        return self
