@@ -277,6 +277,10 @@ def test_a_node_whose_proxy_died_is_covered_by_the_other_nodes_proxies(cluster):
     request over a fresh connection is answered by another node's proxy, none is refused. Serve's
     controller then starts a new proxy on that node, which serves too."""
     nodes = {n["node_id"]: n for n in cluster.nodes()}
+    # A node that joined in an earlier test (the one replacing a lost worker) gets its proxy
+    # once the controller notices it: wait for a healthy proxy on every node first.
+    wait_until(lambda: all(cluster.proxies().get(n) == "HEALTHY" for n in nodes),
+               "a healthy proxy on every node", HANG_S)
     before = cluster.proxy_pids()
     assert set(before) == set(nodes), (before, nodes)      # a proxy on every node
     victim = next(n for n in sorted(nodes) if not nodes[n]["is_head"])
