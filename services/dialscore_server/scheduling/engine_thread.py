@@ -22,12 +22,13 @@ T = TypeVar("T")
 
 
 class _Progress:
-    """When the engine thread last reached a pause point (:attr:`at`, by `clock`); written by that
-    thread at every pause point (one float stored: no lock), read by the health check."""
+    """When the call now running on the engine thread began or last reached a pause point
+    (:attr:`at`, by `clock`); written by that thread (one float stored: no lock), read by the
+    health check."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
-        self.at: float | None = None
+        self.at = 0.0
 
     def mark(self) -> None:
         self.at = self.clock()
@@ -90,11 +91,8 @@ class EngineThread(Generic[A, R]):
         """Seconds since the call now running on the thread began or last reached a pause point
         (by `clock`); None when no call is running."""
         with self._lock:
-            started = self._started
-        if started is None:
-            return None
-        progressed = self._progress.at
-        return self._clock() - max(started, progressed if progressed is not None else started)
+            running = self._started is not None
+        return self._clock() - self._progress.at if running else None
 
     @property
     def failed(self) -> BaseException | None:
@@ -121,7 +119,7 @@ class EngineThread(Generic[A, R]):
     def _tracked(self, fn: Callable[..., T], args: tuple[object, ...]) -> T:
         failed: BaseException | None = None
         with self._lock:
-            self._started = self._clock()
+            self._started = self._progress.at = self._clock()   # beginning is progress
         try:
             return fn(*args)
         except BaseException as exc:

@@ -222,10 +222,11 @@ class ChunkedServing(Generic[C, V]):
         seconds, which raises :class:`EngineStalled` (a hung device or a deadlock: without this,
         a call that never returns would read as healthy forever). A long call that keeps
         reaching its pause points (a large bulk call, or one computing on the CPU time an
-        ``idle`` priority leaves it) passes. Otherwise `probe` (the engine's tiny real forward pass) runs on the engine
-        thread (:class:`~dialscore_server.scheduling.engine_thread.EngineThread`), never beside
-        an engine call, and what it raises fails the check; after a failed call it waits behind
-        the calls submitted before it."""
+        ``idle`` priority leaves it) passes. Otherwise `probe` (the engine's tiny real forward
+        pass) runs on the engine thread
+        (:class:`~dialscore_server.scheduling.engine_thread.EngineThread`), never beside an engine
+        call, and what it raises fails the check; after a failed call it waits behind the calls
+        submitted before it."""
         thread = self._engine_thread
         if thread.busy and thread.failed is None:
             still = thread.since_progress_s
